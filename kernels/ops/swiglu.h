@@ -1,0 +1,12 @@
+// SwiGLU activation op layer: input checks, dispatch to the custom kernel on GPU tensors, real backward.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace tt::ops {
+
+// silu(gate) * up, where gate_up [..., 2F] is the fused gate/up GEMM output: gate = [..., :F],
+// up = [..., F:]. Returns [..., F]. Differentiable in gate_up.
+torch::Tensor swiglu(const torch::Tensor& gate_up);
+
+}  // namespace tt::ops

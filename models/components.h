@@ -1,0 +1,100 @@
+// The building blocks of the shared LLaMA-style skeleton. Each block takes the StageSpec and runs the
+// implementation the stage chose; the stages never copy the model.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "models/config.h"
+#include "models/stage.h"
+
+namespace tt {
+
+// Per-layer key/value cache for incremental decoding: keys/values [B, Hkv, S_max, D], `length`
+// positions filled.
+struct KVCache {
+  torch::Tensor keys;
+  torch::Tensor values;
+  int64_t length = 0;
+};
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps, NormKind kind);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+  NormKind kind_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Rotary embeddings. Tables are fp32 [S, head_dim / 2]; the reference kind rebuilds them every call
+// (as the workshop's v1 did), the others slice a table built once for max_seq_len.
+class RotaryImpl : public torch::nn::Module {
+ public:
+  RotaryImpl(const ModelConfig& config, RopeKind kind);
+  // q [B, S, Hq, D], k [B, S, Hkv, D]; positions start_pos .. start_pos + S - 1.
+  std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& q, const torch::Tensor& k, int64_t start_pos);
+
+ private:
+  std::pair<torch::Tensor, torch::Tensor> tables(int64_t seq_len, int64_t start_pos, const torch::Device& device);
+  ModelConfig config_;
+  RopeKind kind_;
+  torch::Tensor cos_cache_, sin_cache_;
+};
+TORCH_MODULE(Rotary);
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(const ModelConfig& config, const StageSpec& spec);
+  // x [B, S, H] -> [B, S, H]. With a cache, appends this chunk's keys/values and attends over all.
+  torch::Tensor forward(const torch::Tensor& x, Rotary& rotary, KVCache* cache = nullptr);
+
+  // Separate projections (v1) or one fused [q; k; v] weight (v2+); the unused ones stay empty.
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, qkv_proj{nullptr}, o_proj{nullptr};
+
+ private:
+  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t q_offset);
+  int64_t n_heads_, n_kv_heads_, head_dim_;
+  AttentionKind kind_;
+};
+TORCH_MODULE(Attention);
+
+class MLPImpl : public torch::nn::Module {
+ public:
+  MLPImpl(const ModelConfig& config, const StageSpec& spec);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, gate_up_proj{nullptr}, down_proj{nullptr};
+
+ private:
+  int64_t intermediate_dim_;
+  ActivationKind activation_;
+};
+TORCH_MODULE(MLP);
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  BlockImpl(const ModelConfig& config, const StageSpec& spec);
+  torch::Tensor forward(const torch::Tensor& x, Rotary& rotary, KVCache* cache = nullptr);
+
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  Attention self_attn{nullptr};
+  MLP mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+// The named-range helper external profilers see (NVTX on CUDA, ROCTX on ROCm, nothing on CPU).
+class ScopedRange {
+ public:
+  explicit ScopedRange(const char* name);
+  ~ScopedRange();
+  ScopedRange(const ScopedRange&) = delete;
+  ScopedRange& operator=(const ScopedRange&) = delete;
+
+ private:
+  bool active_;
+};
+
+}  // namespace tt

@@ -1,0 +1,246 @@
+#include "models/config.h"
+
+#include <fstream>
+#include <sstream>
+#include <variant>
+#include <vector>
+
+namespace tt {
+namespace {
+
+using json = nlohmann::json;
+
+template <class Config>
+struct Field {
+  const char* key;
+  std::variant<int64_t Config::*, double Config::*, bool Config::*, std::string Config::*> member;
+};
+
+const std::vector<Field<ModelConfig>>& model_fields() {
+  static const std::vector<Field<ModelConfig>> fields = {
+      {"vocab_size", &ModelConfig::vocab_size},
+      {"hidden_dim", &ModelConfig::hidden_dim},
+      {"n_layers", &ModelConfig::n_layers},
+      {"n_heads", &ModelConfig::n_heads},
+      {"n_kv_heads", &ModelConfig::n_kv_heads},
+      {"intermediate_dim", &ModelConfig::intermediate_dim},
+      {"max_seq_len", &ModelConfig::max_seq_len},
+      {"rope_theta", &ModelConfig::rope_theta},
+      {"norm_eps", &ModelConfig::norm_eps},
+      {"tie_embeddings", &ModelConfig::tie_embeddings},
+      {"init_std", &ModelConfig::init_std},
+  };
+  return fields;
+}
+
+const std::vector<Field<TrainConfig>>& train_fields() {
+  static const std::vector<Field<TrainConfig>> fields = {
+      {"batch_size", &TrainConfig::batch_size},
+      {"seq_len", &TrainConfig::seq_len},
+      {"num_steps", &TrainConfig::num_steps},
+      {"warmup_steps", &TrainConfig::warmup_steps},
+      {"learning_rate", &TrainConfig::learning_rate},
+      {"beta1", &TrainConfig::beta1},
+      {"beta2", &TrainConfig::beta2},
+      {"adam_eps", &TrainConfig::adam_eps},
+      {"weight_decay", &TrainConfig::weight_decay},
+      {"grad_clip", &TrainConfig::grad_clip},
+      {"dtype", &TrainConfig::dtype},
+      {"seed", &TrainConfig::seed},
+      {"device", &TrainConfig::device},
+      {"log_every", &TrainConfig::log_every},
+      {"data", &TrainConfig::data},
+  };
+  return fields;
+}
+
+std::string allowed_keys(const char* const* begin, const char* const* end) {
+  std::string out;
+  for (auto it = begin; it != end; ++it) out += (out.empty() ? "" : ", ") + std::string(*it);
+  return out;
+}
+
+template <class Config>
+std::string allowed_keys(const std::vector<Field<Config>>& fields) {
+  std::string out;
+  for (const auto& f : fields) out += (out.empty() ? "" : ", ") + std::string(f.key);
+  return out;
+}
+
+[[noreturn]] void fail(const std::string& origin, const std::string& field, const std::string& what) {
+  throw ConfigError(origin + ": field \"" + field + "\" " + what);
+}
+
+template <class Config>
+void read_section(const json& section, const std::vector<Field<Config>>& fields, Config& config,
+                  const std::string& prefix, const std::string& origin) {
+  if (!section.is_object()) fail(origin, prefix, "must be a JSON object, got " + section.dump());
+  for (const auto& [key, value] : section.items()) {
+    const std::string name = prefix + "." + key;
+    const Field<Config>* field = nullptr;
+    for (const auto& f : fields)
+      if (key == f.key) field = &f;
+    if (field == nullptr) fail(origin, name, "is not a known key; allowed: " + allowed_keys(fields));
+    std::visit(
+        [&](auto member) {
+          using T = std::decay_t<decltype(config.*member)>;
+          if constexpr (std::is_same_v<T, int64_t>) {
+            if (!value.is_number_integer()) fail(origin, name, "must be an integer, got " + value.dump());
+            config.*member = value.template get<int64_t>();
+          } else if constexpr (std::is_same_v<T, double>) {
+            if (!value.is_number()) fail(origin, name, "must be a number, got " + value.dump());
+            config.*member = value.template get<double>();
+          } else if constexpr (std::is_same_v<T, bool>) {
+            if (!value.is_boolean()) fail(origin, name, "must be true or false, got " + value.dump());
+            config.*member = value.template get<bool>();
+          } else {
+            if (value.is_null()) {
+              config.*member = "";
+            } else {
+              if (!value.is_string()) fail(origin, name, "must be a string, got " + value.dump());
+              config.*member = value.template get<std::string>();
+            }
+          }
+        },
+        field->member);
+  }
+}
+
+template <class Config>
+json write_section(const std::vector<Field<Config>>& fields, const Config& config) {
+  json out = json::object();
+  for (const auto& f : fields) std::visit([&](auto member) { out[f.key] = config.*member; }, f.member);
+  return out;
+}
+
+std::string str(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+void require_positive(const std::string& field, int64_t value) {
+  if (value <= 0) fail("config", field, "= " + std::to_string(value) + " is not allowed: must be positive");
+}
+
+}  // namespace
+
+bool ModelConfig::operator==(const ModelConfig& o) const {
+  return to_json(*this) == to_json(o);
+}
+
+ModelConfig model_config_from_json(const json& j, const std::string& origin) {
+  ModelConfig config;
+  read_section(j, model_fields(), config, "model", origin);
+  return config;
+}
+
+RunConfig run_config_from_json(const json& j, const std::string& origin) {
+  static const char* const kTopKeys[] = {"name", "description", "model", "training"};
+  if (!j.is_object()) throw ConfigError(origin + ": the config must be a JSON object");
+  RunConfig config;
+  for (const auto& [key, value] : j.items()) {
+    if (key == "name") {
+      if (!value.is_string()) fail(origin, key, "must be a string, got " + value.dump());
+      config.name = value.template get<std::string>();
+    } else if (key == "description") {
+      if (!value.is_string()) fail(origin, key, "must be a string, got " + value.dump());
+    } else if (key == "model") {
+      read_section(value, model_fields(), config.model, "model", origin);
+    } else if (key == "training") {
+      read_section(value, train_fields(), config.training, "training", origin);
+    } else {
+      fail(origin, key, "is not a known key; allowed: " + allowed_keys(std::begin(kTopKeys), std::end(kTopKeys)));
+    }
+  }
+  return config;
+}
+
+RunConfig load_run_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("cannot open config file '" + path + "'");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw ConfigError("config file '" + path + "' is not valid JSON: " + e.what());
+  }
+  RunConfig config = run_config_from_json(j, path);
+  if (!j.contains("name")) {
+    auto slash = path.find_last_of('/');
+    std::string stem = path.substr(slash == std::string::npos ? 0 : slash + 1);
+    config.name = stem.substr(0, stem.rfind(".json") == std::string::npos ? stem.size() : stem.rfind(".json"));
+  }
+  return config;
+}
+
+json to_json(const ModelConfig& config) { return write_section(model_fields(), config); }
+json to_json(const TrainConfig& config) { return write_section(train_fields(), config); }
+json to_json(const RunConfig& config) {
+  return {{"name", config.name}, {"model", to_json(config.model)}, {"training", to_json(config.training)}};
+}
+
+void validate(const ModelConfig& m) {
+  require_positive("model.vocab_size", m.vocab_size);
+  require_positive("model.hidden_dim", m.hidden_dim);
+  require_positive("model.n_layers", m.n_layers);
+  require_positive("model.n_heads", m.n_heads);
+  require_positive("model.n_kv_heads", m.n_kv_heads);
+  require_positive("model.intermediate_dim", m.intermediate_dim);
+  require_positive("model.max_seq_len", m.max_seq_len);
+  if (m.hidden_dim % m.n_heads != 0)
+    fail("config", "model.hidden_dim",
+         "= " + std::to_string(m.hidden_dim) + " is not allowed: must be divisible by model.n_heads (" +
+             std::to_string(m.n_heads) + ")");
+  if (m.n_heads % m.n_kv_heads != 0)
+    fail("config", "model.n_heads",
+         "= " + std::to_string(m.n_heads) + " is not allowed: must be a multiple of model.n_kv_heads (" +
+             std::to_string(m.n_kv_heads) + ")");
+  if (m.head_dim() % 2 != 0)
+    fail("config", "model.hidden_dim",
+         "= " + std::to_string(m.hidden_dim) + " is not allowed: head_dim = hidden_dim / n_heads = " +
+             std::to_string(m.head_dim()) + " must be even for RoPE");
+  if (!(m.rope_theta > 0)) fail("config", "model.rope_theta", "= " + str(m.rope_theta) + " is not allowed: must be > 0");
+  if (!(m.norm_eps > 0)) fail("config", "model.norm_eps", "= " + str(m.norm_eps) + " is not allowed: must be > 0");
+  if (!(m.init_std > 0)) fail("config", "model.init_std", "= " + str(m.init_std) + " is not allowed: must be > 0");
+}
+
+void validate(const RunConfig& c) {
+  validate(c.model);
+  const TrainConfig& t = c.training;
+  require_positive("training.batch_size", t.batch_size);
+  require_positive("training.seq_len", t.seq_len);
+  require_positive("training.num_steps", t.num_steps);
+  if (t.seq_len > c.model.max_seq_len)
+    fail("config", "training.seq_len",
+         "= " + std::to_string(t.seq_len) + " is not allowed: must be <= model.max_seq_len (" +
+             std::to_string(c.model.max_seq_len) + ")");
+  if (t.warmup_steps < 0)
+    fail("config", "training.warmup_steps", "= " + std::to_string(t.warmup_steps) + " is not allowed: must be >= 0");
+  if (t.log_every < 0)
+    fail("config", "training.log_every", "= " + std::to_string(t.log_every) + " is not allowed: must be >= 0");
+  if (!(t.learning_rate > 0))
+    fail("config", "training.learning_rate", "= " + str(t.learning_rate) + " is not allowed: must be > 0");
+  if (!(t.beta1 >= 0 && t.beta1 < 1))
+    fail("config", "training.beta1", "= " + str(t.beta1) + " is not allowed: must be in [0, 1)");
+  if (!(t.beta2 >= 0 && t.beta2 < 1))
+    fail("config", "training.beta2", "= " + str(t.beta2) + " is not allowed: must be in [0, 1)");
+  if (!(t.adam_eps > 0)) fail("config", "training.adam_eps", "= " + str(t.adam_eps) + " is not allowed: must be > 0");
+  if (!(t.weight_decay >= 0))
+    fail("config", "training.weight_decay", "= " + str(t.weight_decay) + " is not allowed: must be >= 0");
+  if (!(t.grad_clip >= 0))
+    fail("config", "training.grad_clip", "= " + str(t.grad_clip) + " is not allowed: must be >= 0 (0 = off)");
+  if (t.dtype != "fp32" && t.dtype != "bf16")
+    fail("config", "training.dtype", "= \"" + t.dtype + "\" is not allowed: must be \"fp32\" or \"bf16\"");
+  if (t.device != "auto" && t.device != "cpu" && t.device != "cuda")
+    fail("config", "training.device", "= \"" + t.device + "\" is not allowed: must be \"auto\", \"cpu\" or \"cuda\"");
+  if (!t.data.empty() && c.model.vocab_size < 256)
+    fail("config", "model.vocab_size",
+         "= " + std::to_string(c.model.vocab_size) +
+             " is not allowed with training.data: byte-level text needs vocab_size >= 256");
+  if (t.data.empty() && c.model.vocab_size < 2)
+    fail("config", "model.vocab_size", "= " + std::to_string(c.model.vocab_size) +
+                                           " is not allowed: synthetic tokens are drawn from [1, vocab_size)");
+}
+
+}  // namespace tt

@@ -1,0 +1,45 @@
+// AdamW behind one interface, so a stage chooses LibTorch's per-parameter loop or the fused multi-tensor
+// kernel. State (first/second moments, step count) is exposed per parameter for checkpoints.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "models/config.h"
+#include "models/stage.h"
+
+namespace tt {
+
+struct AdamWOptions {
+  double lr = 3e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  static AdamWOptions from(const TrainConfig& t) { return {t.learning_rate, t.beta1, t.beta2, t.adam_eps, t.weight_decay}; }
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // Gradients become undefined: no kernel per parameter, and the next backward writes fresh ones.
+  virtual void zero_grad() = 0;
+  virtual void step() = 0;
+  // Moments of parameter i (shaped like it; undefined before the first step) and the step count.
+  virtual torch::Tensor exp_avg(size_t i) const = 0;
+  virtual torch::Tensor exp_avg_sq(size_t i) const = 0;
+  virtual int64_t step_count() const = 0;
+  virtual void load_state(const std::vector<torch::Tensor>& exp_avg, const std::vector<torch::Tensor>& exp_avg_sq,
+                          int64_t step) = 0;
+  const std::vector<torch::Tensor>& parameters() const { return params_; }
+
+ protected:
+  explicit Optimizer(std::vector<torch::Tensor> params) : params_(std::move(params)) {}
+  std::vector<torch::Tensor> params_;
+};
+
+std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, std::vector<torch::Tensor> params,
+                                          const AdamWOptions& options);
+
+// Scales all gradients so that their global L2 norm is at most max_norm, without a host sync.
+void clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+
+}  // namespace tt

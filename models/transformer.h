@@ -1,0 +1,67 @@
+// The shared LLaMA-style model: token embedding, pre-norm residual blocks (RMSNorm, RoPE, grouped-query
+// attention, SwiGLU MLP), final norm and an output head tied to the embedding.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "models/components.h"
+#include "models/config.h"
+#include "models/stage.h"
+
+namespace tt {
+
+// One canonical (Hugging Face LLaMA) tensor: rows [offset, offset + rows) of an internal parameter.
+// Fused weights (QKV, gate/up) hold several canonical tensors stacked along dim 0.
+struct CanonicalSlice {
+  std::string name;
+  torch::Tensor parameter;
+  int64_t offset = 0;
+  int64_t rows = 0;
+  // The same slice of any tensor shaped like the parameter (its gradient, an optimizer moment).
+  torch::Tensor of(const torch::Tensor& like_parameter) const { return like_parameter.narrow(0, offset, rows); }
+};
+
+class TransformerImpl : public torch::nn::Module {
+ public:
+  TransformerImpl(const ModelConfig& config, const StageSpec& spec);
+
+  // input_ids [B, S] int64 -> logits [B, S, vocab]. With caches (one per layer), decodes incrementally.
+  torch::Tensor forward(const torch::Tensor& input_ids, std::vector<KVCache>* caches = nullptr);
+  // Mean next-token cross-entropy of the stage's loss implementation; labels [B, S], kIgnoreIndex ignored.
+  torch::Tensor loss(const torch::Tensor& input_ids, const torch::Tensor& labels);
+
+  // N(0, init_std) for every linear and the embedding, ones for norms, drawn on the CPU in canonical
+  // order: every stage gets bit-identical initial weights from the same seed.
+  void init_weights(uint64_t seed);
+
+  // Canonical names in a fixed order (embedding, layers in order, final norm, untied head if any).
+  std::vector<CanonicalSlice> canonical_layout() const;
+  std::map<std::string, torch::Tensor> canonical_state() const;  // detached copies, CPU
+  std::map<std::string, torch::Tensor> canonical_grads() const;  // detached copies, CPU
+  // Copies every canonical tensor in; missing, extra or mis-shaped names throw.
+  void load_canonical_state(const std::map<std::string, torch::Tensor>& state);
+
+  // One cache per layer, sized for max_len positions, in the given dtype and device.
+  std::vector<KVCache> make_caches(int64_t batch, int64_t max_len, torch::Dtype dtype, const torch::Device& device) const;
+
+  const ModelConfig& config() const { return config_; }
+  const StageSpec& spec() const { return spec_; }
+
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+  torch::Tensor lm_head_weight;  // the embedding's weight when tied
+
+ private:
+  torch::Tensor hidden_states(const torch::Tensor& input_ids, std::vector<KVCache>* caches);
+  ModelConfig config_;
+  StageSpec spec_;
+  Rotary rotary_{nullptr};
+};
+TORCH_MODULE(Transformer);
+
+}  // namespace tt

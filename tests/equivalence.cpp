@@ -1,0 +1,70 @@
+#include "tests/equivalence.h"
+
+#include "models/reference.h"
+#include "tests/helpers.h"
+
+namespace tt::testing {
+
+StageSnapshot snapshot(Trainer& trainer, const torch::Tensor& inputs, const torch::Tensor& labels) {
+  StageSnapshot s;
+  {
+    torch::NoGradGuard no_grad;
+    AutocastScope autocast(trainer.device(), trainer.mixed_precision());
+    s.logits = trainer.model()->forward(inputs).to(torch::kCPU, torch::kFloat32);
+  }
+  trainer.optimizer().zero_grad();
+  s.loss = trainer.forward_backward(inputs, labels).item<double>();
+  s.grads = trainer.model()->canonical_grads();
+  trainer.optimizer().zero_grad();
+  return s;
+}
+
+Comparison compare(const StageSnapshot& a, const StageSnapshot& b) {
+  Comparison c;
+  c.loss_rel = std::abs(a.loss - b.loss) / std::abs(b.loss);
+  c.logits_rel = rel_error(a.logits, b.logits);
+  for (const auto& [name, grad] : b.grads) {
+    auto it = a.grads.find(name);
+    if (it == a.grads.end() || !it->second.defined() || !grad.defined()) {
+      c.grad_rel[name] = std::numeric_limits<double>::infinity();
+      continue;
+    }
+    c.grad_rel[name] = rel_error(it->second, grad);
+  }
+  return c;
+}
+
+EquivalenceRun run_equivalence(const StageSpec& candidate_spec, const RunConfig& candidate_config,
+                               const StageSpec& reference_spec, const RunConfig& config, const torch::Device& device,
+                               int steps) {
+  TORCH_CHECK(to_json(candidate_config.model) == to_json(config.model), "equivalence: the model configs differ");
+  Trainer reference(reference_spec, config, device);
+  Trainer candidate(candidate_spec, candidate_config, device);
+  candidate.model()->load_canonical_state(reference.model()->canonical_state());
+
+  const auto& t = config.training;
+  const int64_t vocab = config.model.vocab_size;
+  auto batch = [&](uint64_t seed) {
+    auto tokens = random_tokens(t.batch_size, t.seq_len + 1, vocab, seed).to(device);
+    auto labels = tokens.narrow(1, 1, t.seq_len).clone();
+    labels.index_put_({0, 0}, reference::kIgnoreIndex);  // exercise the ignore index in every stage
+    return std::make_pair(tokens.narrow(1, 0, t.seq_len).contiguous(), labels);
+  };
+
+  EquivalenceRun run;
+  auto [inputs, labels] = batch(1000);
+  run.reference.push_back(snapshot(reference, inputs, labels));
+  run.candidate.push_back(snapshot(candidate, inputs, labels));
+  run.checkpoints.push_back(compare(run.candidate.back(), run.reference.back()));
+  for (int i = 0; i < steps; ++i) {
+    auto [x, y] = batch(2000 + static_cast<uint64_t>(i));
+    reference.step(x, y);
+    candidate.step(x, y);
+  }
+  run.reference.push_back(snapshot(reference, inputs, labels));
+  run.candidate.push_back(snapshot(candidate, inputs, labels));
+  run.checkpoints.push_back(compare(run.candidate.back(), run.reference.back()));
+  return run;
+}
+
+}  // namespace tt::testing

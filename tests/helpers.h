@@ -1,0 +1,37 @@
+// Shared test helpers: the smoke config, error measures, a GPU guard.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "models/config.h"
+
+namespace tt::testing {
+
+inline RunConfig smoke_config() {
+  RunConfig c = load_run_config(std::string(TT_SOURCE_DIR) + "/configs/smoke.json");
+  c.training.device = "cpu";
+  c.training.log_every = 0;
+  return c;
+}
+
+// ||a - b|| / ||b||, in float64; the measure every tolerance in the suite is stated in.
+inline double rel_error(const torch::Tensor& a, const torch::Tensor& b) {
+  auto x = a.detach().to(torch::kCPU, torch::kFloat64);
+  auto y = b.detach().to(torch::kCPU, torch::kFloat64);
+  const double denom = y.norm().item<double>();
+  const double diff = (x - y).norm().item<double>();
+  return denom == 0 ? diff : diff / denom;
+}
+
+inline torch::Tensor random_tokens(int64_t batch, int64_t seq, int64_t vocab, uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  return torch::randint(1, vocab, {batch, seq}, gen, torch::kLong);
+}
+
+#define TT_REQUIRE_GPU()                                                                   \
+  do {                                                                                     \
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU visible to LibTorch: skipped"; \
+  } while (0)
+
+}  // namespace tt::testing

@@ -1,0 +1,171 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "apps/runtime/cli.h"
+#include "models/config.h"
+#include "tests/helpers.h"
+
+namespace tt {
+namespace {
+
+using nlohmann::json;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+ParsedCommandLine parse(std::vector<std::string> args) { return parse_command_line("test", args); }
+
+TEST(Config, ShippedConfigsLoadAndValidate) {
+  for (const char* name : {"workshop", "medium", "long-context", "smoke"}) {
+    RunConfig c = load_run_config(std::string(TT_SOURCE_DIR) + "/configs/" + name + ".json");
+    EXPECT_NO_THROW(validate(c)) << name;
+    EXPECT_EQ(c.name, name);
+  }
+  RunConfig w = load_run_config(std::string(TT_SOURCE_DIR) + "/configs/workshop.json");
+  EXPECT_EQ(w.model.vocab_size, 1000);
+  EXPECT_EQ(w.model.hidden_dim, 512);
+  EXPECT_EQ(w.model.n_layers, 8);
+  EXPECT_EQ(w.model.n_kv_heads, 4);
+  EXPECT_EQ(w.training.batch_size, 8);
+  EXPECT_EQ(w.training.seq_len, 128);
+  EXPECT_EQ(w.training.num_steps, 50);
+  EXPECT_EQ(w.training.warmup_steps, 5);
+  EXPECT_DOUBLE_EQ(w.training.learning_rate, 3e-4);
+}
+
+TEST(Config, DefaultsEqualWorkshopConfig) {
+  RunConfig defaults;
+  RunConfig w = load_run_config(std::string(TT_SOURCE_DIR) + "/configs/workshop.json");
+  EXPECT_EQ(to_json(defaults.model), to_json(w.model));
+  EXPECT_EQ(to_json(defaults.training), to_json(w.training));
+}
+
+TEST(Config, JsonRoundTrip) {
+  RunConfig c = testing::smoke_config();
+  RunConfig back = run_config_from_json(to_json(c), "roundtrip");
+  EXPECT_EQ(to_json(back), to_json(c));
+}
+
+TEST(Config, UnknownKeysWrongTypesAndMalformedJsonAreErrors) {
+  EXPECT_NE(error_of([] { run_config_from_json(json{{"model", {{"hiden_dim", 8}}}}, "f.json"); })
+                .find("\"model.hiden_dim\" is not a known key"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { run_config_from_json(json{{"trainig", json::object()}}, "f.json"); }).find("\"trainig\""),
+            std::string::npos);
+  EXPECT_NE(error_of([] { run_config_from_json(json{{"model", {{"hidden_dim", "512"}}}}, "f.json"); })
+                .find("must be an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { run_config_from_json(json{{"model", {{"hidden_dim", 512.5}}}}, "f.json"); })
+                .find("must be an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { run_config_from_json(json{{"model", {{"tie_embeddings", 1}}}}, "f.json"); })
+                .find("must be true or false"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { run_config_from_json(json{{"training", {{"learning_rate", "fast"}}}}, "f.json"); })
+                .find("must be a number"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { run_config_from_json(json{{"model", 3}}, "f.json"); }).find("must be a JSON object"),
+            std::string::npos);
+  const std::string path = ::testing::TempDir() + "/malformed.json";
+  std::ofstream(path) << "{\"model\": {";
+  EXPECT_NE(error_of([&] { load_run_config(path); }).find("is not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of([] { load_run_config("/nonexistent/x.json"); }).find("cannot open"), std::string::npos);
+}
+
+struct Rule {
+  std::function<void(RunConfig&)> change;
+  std::string field;
+  std::string phrase;
+};
+
+TEST(Config, EveryValidationRuleNamesFieldValueAndRule) {
+  const std::vector<Rule> rules = {
+      {[](RunConfig& c) { c.model.vocab_size = 0; }, "model.vocab_size", "= 0 is not allowed: must be positive"},
+      {[](RunConfig& c) { c.model.hidden_dim = -4; }, "model.hidden_dim", "must be positive"},
+      {[](RunConfig& c) { c.model.n_layers = 0; }, "model.n_layers", "must be positive"},
+      {[](RunConfig& c) { c.model.n_heads = 0; }, "model.n_heads", "must be positive"},
+      {[](RunConfig& c) { c.model.n_kv_heads = 0; }, "model.n_kv_heads", "must be positive"},
+      {[](RunConfig& c) { c.model.intermediate_dim = 0; }, "model.intermediate_dim", "must be positive"},
+      {[](RunConfig& c) { c.model.max_seq_len = 0; }, "model.max_seq_len", "must be positive"},
+      {[](RunConfig& c) { c.model.hidden_dim = 66; }, "model.hidden_dim", "must be divisible by model.n_heads (4)"},
+      {[](RunConfig& c) { c.model.n_kv_heads = 3; }, "model.n_heads", "must be a multiple of model.n_kv_heads (3)"},
+      {[](RunConfig& c) { c.model.hidden_dim = 36; }, "model.hidden_dim", "must be even for RoPE"},
+      {[](RunConfig& c) { c.model.rope_theta = 0; }, "model.rope_theta", "must be > 0"},
+      {[](RunConfig& c) { c.model.norm_eps = -1; }, "model.norm_eps", "must be > 0"},
+      {[](RunConfig& c) { c.model.init_std = 0; }, "model.init_std", "must be > 0"},
+      {[](RunConfig& c) { c.training.batch_size = 0; }, "training.batch_size", "must be positive"},
+      {[](RunConfig& c) { c.training.seq_len = 0; }, "training.seq_len", "must be positive"},
+      {[](RunConfig& c) { c.training.num_steps = 0; }, "training.num_steps", "must be positive"},
+      {[](RunConfig& c) { c.training.seq_len = 300; }, "training.seq_len", "must be <= model.max_seq_len (256)"},
+      {[](RunConfig& c) { c.training.warmup_steps = -1; }, "training.warmup_steps", "must be >= 0"},
+      {[](RunConfig& c) { c.training.log_every = -1; }, "training.log_every", "must be >= 0"},
+      {[](RunConfig& c) { c.training.learning_rate = 0; }, "training.learning_rate", "must be > 0"},
+      {[](RunConfig& c) { c.training.beta1 = 1; }, "training.beta1", "must be in [0, 1)"},
+      {[](RunConfig& c) { c.training.beta2 = -0.5; }, "training.beta2", "must be in [0, 1)"},
+      {[](RunConfig& c) { c.training.adam_eps = 0; }, "training.adam_eps", "must be > 0"},
+      {[](RunConfig& c) { c.training.weight_decay = -0.1; }, "training.weight_decay", "must be >= 0"},
+      {[](RunConfig& c) { c.training.grad_clip = -1; }, "training.grad_clip", "must be >= 0"},
+      {[](RunConfig& c) { c.training.dtype = "fp16"; }, "training.dtype", "= \"fp16\" is not allowed: must be \"fp32\" or \"bf16\""},
+      {[](RunConfig& c) { c.training.device = "tpu"; }, "training.device", "must be \"auto\", \"cpu\" or \"cuda\""},
+      {[](RunConfig& c) { c.model.vocab_size = 100; c.training.data = "x.txt"; }, "model.vocab_size", "byte-level text needs vocab_size >= 256"},
+      {[](RunConfig& c) { c.model.vocab_size = 1; }, "model.vocab_size", "synthetic tokens are drawn from [1, vocab_size)"},
+  };
+  for (const auto& rule : rules) {
+    RunConfig c = testing::smoke_config();
+    rule.change(c);
+    const std::string message = error_of([&] { validate(c); });
+    EXPECT_NE(message.find("\"" + rule.field + "\""), std::string::npos) << message;
+    EXPECT_NE(message.find(rule.phrase), std::string::npos) << "expected '" << rule.phrase << "' in: " << message;
+  }
+}
+
+TEST(CommandLine, FlagsOverrideConfigFields) {
+  auto p = parse({"--config", std::string(TT_SOURCE_DIR) + "/configs/workshop.json", "--batch-size", "4", "--seq-len", "64",
+                  "--num-steps", "7", "--hidden-dim", "256", "--num-layers", "2", "--num-heads", "4", "--num-kv-heads",
+                  "2", "--learning-rate", "0.001", "--use-amp", "--seed", "7", "--warmup-steps", "1", "--device", "cpu"});
+  const auto& c = p.config;
+  EXPECT_EQ(c.training.batch_size, 4);
+  EXPECT_EQ(c.training.seq_len, 64);
+  EXPECT_EQ(c.training.num_steps, 7);
+  EXPECT_EQ(c.model.hidden_dim, 256);
+  EXPECT_EQ(c.model.n_layers, 2);
+  EXPECT_EQ(c.model.n_heads, 4);
+  EXPECT_EQ(c.model.n_kv_heads, 2);
+  EXPECT_DOUBLE_EQ(c.training.learning_rate, 1e-3);
+  EXPECT_EQ(c.training.dtype, "bf16");
+  EXPECT_EQ(c.training.seed, 7);
+  EXPECT_EQ(c.training.warmup_steps, 1);
+  EXPECT_EQ(c.training.device, "cpu");
+  EXPECT_EQ(c.model.vocab_size, 1000);  // untouched fields keep the file's values
+}
+
+TEST(CommandLine, BadFlagsAreClearErrors) {
+  EXPECT_NE(error_of([] { parse({"--batch-sise", "4"}); }).find("batch-sise"), std::string::npos);
+  EXPECT_NE(error_of([] { parse({"--batch-size", "four"}); }).find("four"), std::string::npos);
+  EXPECT_NE(error_of([] { parse({"--batch-size", "0"}); }).find("\"training.batch_size\""), std::string::npos);
+  EXPECT_NE(error_of([] { parse({"stray"}); }).find("unexpected argument 'stray'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse({"--dtype", "fp32", "--use-amp"}); }).find("--use-amp"), std::string::npos);
+  EXPECT_NE(error_of([] { parse({"--load-checkpoint", "/nonexistent.pt"}); }).find("does not exist"), std::string::npos);
+  EXPECT_NE(error_of([] { parse({"--data", "/nonexistent.txt", "--vocab-size", "256"}); }).find("does not exist"),
+            std::string::npos);
+}
+
+TEST(CommandLine, HelpDocumentsEveryFlagWithDefault) {
+  auto p = parse({"--help"});
+  ASSERT_TRUE(p.help);
+  for (const char* flag : {"--batch-size", "--seq-len", "--num-steps", "--hidden-dim", "--num-layers", "--num-heads",
+                           "--num-kv-heads", "--learning-rate", "--use-amp", "--config", "--output", "--device", "--dtype",
+                           "--seed", "--warmup-steps", "--data", "--save-checkpoint", "--load-checkpoint", "--doctor"})
+    EXPECT_NE(p.help_text.find(flag), std::string::npos) << flag;
+  EXPECT_NE(p.help_text.find("default 8"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tt

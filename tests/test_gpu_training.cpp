@@ -1,0 +1,87 @@
+// GPU tests of the skeleton and loop (label `gpu`): skipped with a message when no GPU is visible.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "apps/runtime/results.h"
+#include "apps/runtime/trainer.h"
+#include "tests/equivalence.h"
+#include "tests/helpers.h"
+
+namespace tt {
+namespace {
+
+RunConfig gpu_config(const std::string& dtype) {
+  RunConfig c = testing::smoke_config();
+  c.training.device = "cuda";
+  c.training.dtype = dtype;
+  return c;
+}
+
+TEST(GpuTraining, EveryStageRunsAndWritesAValidResult) {
+  TT_REQUIRE_GPU();
+  for (const auto& spec : stages::all()) {
+    for (const char* dtype : {"fp32", "bf16"}) {
+      std::ostringstream log;
+      auto result = Trainer(spec, gpu_config(dtype), torch::Device(torch::kCUDA, 0)).run(log);
+      EXPECT_NO_THROW(validate_result_json(result)) << spec.name << " " << dtype;
+      EXPECT_GT(result["summary"]["peak_allocated_mb"].get<double>(), 0.0);
+      EXPECT_TRUE(std::isfinite(result["summary"]["final_loss"].get<double>()));
+      EXPECT_NE(result["system"]["device_name"], "cpu");
+    }
+  }
+}
+
+TEST(GpuTraining, SameSeedGivesIdenticalLossesOnTheGpu) {
+  TT_REQUIRE_GPU();
+  std::ostringstream log;
+  auto a = Trainer(stages::v1_baseline(), gpu_config("fp32"), torch::Device(torch::kCUDA, 0)).run(log)["losses"];
+  auto b = Trainer(stages::v1_baseline(), gpu_config("fp32"), torch::Device(torch::kCUDA, 0)).run(log)["losses"];
+  EXPECT_EQ(a, b);
+}
+
+TEST(GpuTraining, GpuLossMatchesCpuLoss) {
+  TT_REQUIRE_GPU();
+  RunConfig cpu = testing::smoke_config();
+  Trainer on_cpu(stages::v1_baseline(), cpu, torch::kCPU);
+  Trainer on_gpu(stages::v1_baseline(), gpu_config("fp32"), torch::Device(torch::kCUDA, 0));
+  auto tokens = testing::random_tokens(4, 33, 256, 11);
+  auto x = tokens.narrow(1, 0, 32), y = tokens.narrow(1, 1, 32);
+  const double a = on_cpu.forward_backward(x, y).item<double>();
+  const double b = on_gpu.forward_backward(x.cuda(), y.cuda()).item<double>();
+  EXPECT_NEAR(a, b, 1e-5 * a);
+}
+
+class GpuStageEquivalence : public ::testing::TestWithParam<StageSpec (*)()> {};
+
+TEST_P(GpuStageEquivalence, MatchesV1InFp32) {
+  TT_REQUIRE_GPU();
+  RunConfig c = gpu_config("fp32");
+  auto run = testing::run_equivalence(GetParam()(), c, stages::v1_baseline(), c, torch::Device(torch::kCUDA, 0));
+  for (const auto& cmp : run.checkpoints) {
+    EXPECT_LT(cmp.loss_rel, 1e-5);
+    EXPECT_LT(cmp.logits_rel, 1e-4);
+    EXPECT_LT(cmp.max_grad_rel(), 1e-4) << "worst gradient " << cmp.worst_grad();
+  }
+}
+
+TEST_P(GpuStageEquivalence, MatchesV1InBf16WithinTwiceV1sOwnError) {
+  TT_REQUIRE_GPU();
+  RunConfig fp32 = gpu_config("fp32"), bf16 = gpu_config("bf16");
+  const torch::Device gpu(torch::kCUDA, 0);
+  auto baseline = testing::run_equivalence(stages::v1_baseline(), bf16, stages::v1_baseline(), fp32, gpu);
+  auto candidate = testing::run_equivalence(GetParam()(), bf16, stages::v1_baseline(), fp32, gpu);
+  constexpr double kFloor = 1e-4;
+  for (size_t i = 0; i < 2; ++i) {
+    const auto &c = candidate.checkpoints[i], &b = baseline.checkpoints[i];
+    EXPECT_LE(c.loss_rel, 2 * b.loss_rel + kFloor);
+    EXPECT_LE(c.logits_rel, 2 * b.logits_rel + kFloor);
+    for (const auto& [name, error] : c.grad_rel) EXPECT_LE(error, 2 * b.grad_rel.at(name) + kFloor) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, GpuStageEquivalence, ::testing::Values(&stages::v2_fused, &stages::v3_custom),
+                         [](const auto& info) { return info.param().name; });
+
+}  // namespace
+}  // namespace tt

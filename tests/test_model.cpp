@@ -1,0 +1,169 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <cmath>
+
+#include "apps/runtime/trainer.h"
+#include "models/checkpoint.h"
+#include "models/transformer.h"
+#include "tests/helpers.h"
+
+namespace tt {
+namespace {
+
+using testing::random_tokens;
+using testing::rel_error;
+using testing::smoke_config;
+
+TEST(Model, InitialLossIsNearLnVocab) {
+  for (const auto& spec : stages::all()) {
+    RunConfig c = smoke_config();
+    Trainer trainer(spec, c, torch::kCPU);
+    auto tokens = random_tokens(4, 33, c.model.vocab_size, 5);
+    torch::NoGradGuard no_grad;
+    auto loss = trainer.model()->loss(tokens.narrow(1, 0, 32), tokens.narrow(1, 1, 32)).item<double>();
+    EXPECT_NEAR(loss, std::log(static_cast<double>(c.model.vocab_size)), 0.1) << spec.name;
+  }
+}
+
+TEST(Model, EveryParameterReceivesAGradient) {
+  for (const auto& spec : stages::all()) {
+    Trainer trainer(spec, smoke_config(), torch::kCPU);
+    auto tokens = random_tokens(2, 17, 256, 6);
+    trainer.forward_backward(tokens.narrow(1, 0, 16), tokens.narrow(1, 1, 16));
+    for (const auto& [name, grad] : trainer.model()->canonical_grads()) {
+      ASSERT_TRUE(grad.defined()) << spec.name << ": " << name;
+      EXPECT_GT(grad.abs().sum().item<double>(), 0) << spec.name << ": " << name;
+    }
+  }
+}
+
+TEST(Model, TiedHeadSharesTheEmbeddingStorage) {
+  Transformer model(smoke_config().model, stages::v1_baseline());
+  EXPECT_EQ(model->lm_head_weight.data_ptr(), model->embed_tokens->weight.data_ptr());
+  size_t params = 0;
+  for (const auto& p : model->named_parameters()) params += p.value().data_ptr() == model->embed_tokens->weight.data_ptr();
+  EXPECT_EQ(params, 1u) << "the tied head must not be a second parameter";
+  auto layout = model->canonical_layout();
+  EXPECT_EQ(layout.front().name, "model.embed_tokens.weight");
+  for (const auto& s : layout) EXPECT_NE(s.name, "lm_head.weight");
+}
+
+TEST(Model, CanonicalNamesFollowHuggingFaceLlama) {
+  for (const auto& spec : {stages::v1_baseline(), stages::v2_fused()}) {
+    Transformer model(smoke_config().model, spec);
+    auto state = model->canonical_state();
+    for (const char* name : {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+                             "model.layers.0.self_attn.k_proj.weight", "model.layers.1.self_attn.v_proj.weight",
+                             "model.layers.1.self_attn.o_proj.weight", "model.layers.0.mlp.gate_proj.weight",
+                             "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.down_proj.weight",
+                             "model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight",
+                             "model.norm.weight"})
+      EXPECT_TRUE(state.count(name)) << spec.name << " lacks " << name;
+    EXPECT_EQ(state.at("model.layers.0.self_attn.k_proj.weight").sizes(), (std::vector<int64_t>{32, 64}));
+    EXPECT_EQ(state.size(), 1u + 2 * 9 + 1);
+  }
+}
+
+TEST(Model, SameSeedGivesIdenticalCanonicalWeightsInEveryStage) {
+  auto reference = Transformer(smoke_config().model, stages::v1_baseline());
+  reference->init_weights(42);
+  auto expected = reference->canonical_state();
+  for (const auto& spec : stages::all()) {
+    Transformer model(smoke_config().model, spec);
+    model->init_weights(42);
+    for (const auto& [name, value] : model->canonical_state())
+      EXPECT_TRUE(torch::equal(value, expected.at(name))) << spec.name << ": " << name;
+  }
+  auto w = expected.at("model.layers.0.mlp.down_proj.weight");
+  EXPECT_NEAR(w.std().item<double>(), 0.02, 0.002);
+  EXPECT_NEAR(w.mean().item<double>(), 0.0, 0.002);
+}
+
+TEST(Model, UntiedHeadIsItsOwnParameter) {
+  ModelConfig c = smoke_config().model;
+  c.tie_embeddings = false;
+  Transformer model(c, stages::v1_baseline());
+  model->init_weights(1);
+  EXPECT_NE(model->lm_head_weight.data_ptr(), model->embed_tokens->weight.data_ptr());
+  EXPECT_TRUE(model->canonical_state().count("lm_head.weight"));
+}
+
+TEST(Model, LoadCanonicalStateRejectsMissingExtraAndMisshapedTensors) {
+  Transformer model(smoke_config().model, stages::v2_fused());
+  auto state = model->canonical_state();
+  auto missing = state;
+  missing.erase("model.norm.weight");
+  EXPECT_THROW(model->load_canonical_state(missing), c10::Error);
+  auto extra = state;
+  extra["model.layers.9.mlp.up_proj.weight"] = torch::zeros({1});
+  EXPECT_THROW(model->load_canonical_state(extra), c10::Error);
+  auto bad = state;
+  bad["model.norm.weight"] = torch::zeros({3});
+  EXPECT_THROW(model->load_canonical_state(bad), c10::Error);
+}
+
+TEST(Checkpoint, SaveLoadGivesIdenticalLogitsAndOptimizerState) {
+  for (const auto& spec : {stages::v1_baseline(), stages::v2_fused()}) {
+    RunConfig c = smoke_config();
+    Trainer a(spec, c, torch::kCPU);
+    auto tokens = random_tokens(2, 17, 256, 9);
+    auto x = tokens.narrow(1, 0, 16), y = tokens.narrow(1, 1, 16);
+    for (int i = 0; i < 3; ++i) a.step(x, y);
+    const std::string path = ::testing::TempDir() + "/ck_" + spec.name + ".pt";
+    a.save_checkpoint(path);
+
+    c.training.seed = 1234;  // different initial weights, so the load must overwrite them
+    Trainer b(spec, c, torch::kCPU);
+    b.load_checkpoint(path);
+    auto logits = [&](Trainer& t) {
+      torch::NoGradGuard no_grad;
+      return t.model()->forward(x);
+    };
+    EXPECT_TRUE(torch::equal(logits(a), logits(b))) << spec.name;
+    EXPECT_EQ(b.optimizer().step_count(), 3);
+    for (size_t i = 0; i < a.optimizer().parameters().size(); ++i) {
+      EXPECT_TRUE(torch::equal(a.optimizer().exp_avg(i), b.optimizer().exp_avg(i))) << spec.name;
+      EXPECT_TRUE(torch::equal(a.optimizer().exp_avg_sq(i), b.optimizer().exp_avg_sq(i))) << spec.name;
+    }
+    // The next step continues identically.
+    EXPECT_EQ(a.step(x, y).item<double>(), b.step(x, y).item<double>());
+    EXPECT_TRUE(torch::equal(logits(a), logits(b)));
+  }
+}
+
+TEST(Checkpoint, IsPortableBetweenStages) {
+  RunConfig c = smoke_config();
+  Trainer v1(stages::v1_baseline(), c, torch::kCPU);
+  auto tokens = random_tokens(2, 17, 256, 9);
+  v1.step(tokens.narrow(1, 0, 16), tokens.narrow(1, 1, 16));
+  const std::string path = ::testing::TempDir() + "/ck_portable.pt";
+  v1.save_checkpoint(path);
+  c.training.seed = 99;
+  Trainer v2(stages::v2_fused(), c, torch::kCPU);
+  v2.load_checkpoint(path);
+  for (const auto& [name, value] : v1.model()->canonical_state())
+    EXPECT_TRUE(torch::equal(value, v2.model()->canonical_state().at(name))) << name;
+}
+
+TEST(Checkpoint, MismatchedConfigAndForeignFilesFailClearly) {
+  RunConfig c = smoke_config();
+  Trainer a(stages::v1_baseline(), c, torch::kCPU);
+  const std::string path = ::testing::TempDir() + "/ck_mismatch.pt";
+  a.save_checkpoint(path);
+  c.model.n_layers = 3;
+  Trainer b(stages::v1_baseline(), c, torch::kCPU);
+  try {
+    b.load_checkpoint(path);
+    FAIL() << "expected a config mismatch error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.n_layers: checkpoint has 2, this run has 3"), std::string::npos) << e.what();
+  }
+  const std::string foreign = ::testing::TempDir() + "/not_a_checkpoint.pt";
+  std::ofstream(foreign) << "hello";
+  EXPECT_THROW(b.load_checkpoint(foreign), c10::Error);
+}
+
+}  // namespace
+}  // namespace tt

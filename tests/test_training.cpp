@@ -1,0 +1,116 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "apps/runtime/flops.h"
+#include "apps/runtime/results.h"
+#include "apps/runtime/trainer.h"
+#include "tests/helpers.h"
+
+namespace tt {
+namespace {
+
+using testing::smoke_config;
+
+std::string write_repetitive_text() {
+  const std::string path = ::testing::TempDir() + "/repetitive.txt";
+  std::ofstream out(path);
+  for (int i = 0; i < 200; ++i) out << "the quick brown fox jumps over the lazy dog. ";
+  return path;
+}
+
+TEST(Training, LossFallsOnALearnableTask) {
+  RunConfig c = smoke_config();
+  c.training.data = write_repetitive_text();
+  c.training.num_steps = 40;
+  c.training.warmup_steps = 0;
+  std::ostringstream log;
+  auto result = Trainer(stages::v1_baseline(), c, torch::kCPU).run(log);
+  const double first = result["summary"]["first_loss"], last = result["summary"]["final_loss"];
+  EXPECT_NEAR(first, std::log(256.0), 0.2);
+  EXPECT_LT(last, 0.5 * first) << log.str();
+}
+
+TEST(Training, SameSeedGivesIdenticalLosses) {
+  for (const auto& spec : stages::all()) {
+    RunConfig c = smoke_config();
+    std::ostringstream log;
+    auto a = Trainer(spec, c, torch::kCPU).run(log)["losses"];
+    auto b = Trainer(spec, c, torch::kCPU).run(log)["losses"];
+    EXPECT_EQ(a, b) << spec.name;
+    c.training.seed = 43;
+    auto other = Trainer(spec, c, torch::kCPU).run(log)["losses"];
+    EXPECT_NE(a, other) << spec.name;
+  }
+}
+
+TEST(Training, ResultJsonValidatesAndIsComplete) {
+  RunConfig c = smoke_config();
+  c.training.log_every = 3;
+  std::ostringstream log;
+  auto result = Trainer(stages::v2_fused(), c, torch::kCPU).run(log);
+  EXPECT_NO_THROW(validate_result_json(result));
+  EXPECT_EQ(result["losses"].size(), static_cast<size_t>(c.training.warmup_steps + c.training.num_steps));
+  EXPECT_EQ(result["step_ms"].size(), static_cast<size_t>(c.training.num_steps));
+  EXPECT_EQ(result["stage"]["name"], "v2_fused");
+  EXPECT_EQ(result["config"]["model"]["hidden_dim"], 64);
+  EXPECT_TRUE(result["summary"]["mfu"].is_null());  // no peak FLOP/s for a CPU: no guess
+  EXPECT_GT(result["summary"]["step_ms"]["median"].get<double>(), 0.0);
+  EXPECT_LE(result["summary"]["step_ms"]["p10"].get<double>(), result["summary"]["step_ms"]["p90"].get<double>());
+  EXPECT_NE(log.str().find("step 3/12 | loss"), std::string::npos) << log.str();
+
+  auto broken = result;
+  broken["summary"].erase("tokens_per_s");
+  EXPECT_THROW(validate_result_json(broken), std::runtime_error);
+  broken = result;
+  broken["schema_version"] = 99;
+  EXPECT_THROW(validate_result_json(broken), std::runtime_error);
+}
+
+TEST(Training, GradientClippingBoundsTheGlobalNorm) {
+  RunConfig c = smoke_config();
+  Trainer trainer(stages::v1_baseline(), c, torch::kCPU);
+  auto tokens = testing::random_tokens(2, 17, 256, 3);
+  trainer.forward_backward(tokens.narrow(1, 0, 16), tokens.narrow(1, 1, 16));
+  clip_grad_norm(trainer.optimizer().parameters(), 1e-3);
+  double sq = 0;
+  for (const auto& p : trainer.optimizer().parameters()) sq += p.grad().pow(2).sum().item<double>();
+  EXPECT_NEAR(std::sqrt(sq), 1e-3, 1e-6);
+}
+
+TEST(Results, SpreadAndAtomicWrite) {
+  auto s = spread({5, 1, 4, 2, 3});
+  EXPECT_DOUBLE_EQ(s.median, 3);
+  EXPECT_DOUBLE_EQ(s.p10, 1.4);
+  EXPECT_DOUBLE_EQ(s.p90, 4.6);
+  EXPECT_THROW(spread({}), std::runtime_error);
+  const std::string path = ::testing::TempDir() + "/sub/result.json";
+  std::filesystem::remove(path);
+  write_json_atomically(path, {{"a", 1}}, false);
+  EXPECT_EQ(read_json_file(path)["a"], 1);
+  EXPECT_THROW(write_json_atomically(path, {{"a", 2}}, false), std::runtime_error);
+  write_json_atomically(path, {{"a", 2}}, true);
+  EXPECT_EQ(read_json_file(path)["a"], 2);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+TEST(Flops, MatchesHandCountAndPeakTable) {
+  ModelConfig m;  // workshop model
+  // Per token forward: 2 * (8 * (2*512^2 + 2*512*256 + 3*512*2048) + 512*1000) + 4 * 8 * 128 * 512.
+  const double per_token = 2.0 * (8.0 * (2 * 512.0 * 512 + 2 * 512.0 * 256 + 3 * 512.0 * 2048) + 512.0 * 1000) +
+                           4.0 * 8 * 128 * 512;
+  EXPECT_DOUBLE_EQ(training_flops_per_step(m, 8, 128), 3 * per_token * 8 * 128);
+  EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H100 80GB HBM3", "bf16")->tflops, 989.4);
+  EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H100 PCIe", "fp32")->tflops, 51.2);
+  EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H200", "fp32")->tflops, 66.9);
+  EXPECT_DOUBLE_EQ(peak_flops("AMD Instinct MI300X", "bf16")->tflops, 1307.4);
+  EXPECT_TRUE(peak_flops("AMD Instinct MI250X", "bf16").has_value());
+  EXPECT_TRUE(peak_flops("NVIDIA A100-SXM4-80GB", "bf16").has_value());
+  EXPECT_TRUE(peak_flops("AMD Instinct MI325X", "fp32").has_value());
+  EXPECT_FALSE(peak_flops("NVIDIA GeForce RTX 4090", "bf16").has_value());
+}
+
+}  // namespace
+}  // namespace tt
