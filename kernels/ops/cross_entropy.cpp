@@ -1,0 +1,202 @@
+// Fused softmax cross-entropy op layer: checks inputs, runs the custom kernels on GPU tensors and the ATen
+// formulation of the same forward and backward on CPU tensors (so a float64 gradient check on CPU
+// verifies the backward formula the kernels implement).
+//
+// Every row ignored: the loss is NaN (0 / 0) and the gradient zero, as LibTorch's cross_entropy gives.
+#include "kernels/ops/cross_entropy.h"
+
+#include <limits>
+
+#include <ATen/DeviceAccelerator.h>
+#include <c10/core/DeviceGuard.h>
+
+#if defined(TT_BACKEND_CUDA) || defined(TT_BACKEND_HIP)
+#define TT_HAVE_GPU_KERNELS 1
+#include "kernels/cross_entropy.cuh"
+#endif
+
+namespace tt::ops {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+void check_inputs(const torch::Tensor& logits, const torch::Tensor& labels) {
+  TORCH_CHECK(logits.defined() && labels.defined(),
+              "tt::ops::cross_entropy: logits and labels must be defined tensors");
+  TORCH_CHECK(logits.is_floating_point(), "tt::ops::cross_entropy: logits must be a floating-point tensor, got ",
+              logits.scalar_type());
+  TORCH_CHECK(logits.dim() == 2 && logits.size(1) > 0,
+              "tt::ops::cross_entropy: logits must have shape [rows, vocab] with vocab > 0, got ", logits.sizes());
+  TORCH_CHECK(labels.scalar_type() == torch::kInt64, "tt::ops::cross_entropy: labels must be Long (int64), got ",
+              labels.scalar_type());
+  TORCH_CHECK(labels.dim() == 1 && labels.size(0) == logits.size(0), "tt::ops::cross_entropy: labels must have shape [",
+              logits.size(0), "] (one per row of logits ", logits.sizes(), "), got ", labels.sizes());
+  TORCH_CHECK(labels.device() == logits.device(), "tt::ops::cross_entropy: labels are on ", labels.device(),
+              " but logits are on ", logits.device(), "; both must be on the same device");
+  if (logits.is_cpu()) return;
+#ifdef TT_HAVE_GPU_KERNELS
+  const auto dtype = logits.scalar_type();
+  TORCH_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kFloat16,
+              "tt::ops::cross_entropy: the GPU kernel supports logits of dtype Float, BFloat16 or Half, got ", dtype);
+  TORCH_CHECK(
+      logits.size(0) <= std::numeric_limits<int32_t>::max() && logits.size(1) <= std::numeric_limits<int32_t>::max(),
+      "tt::ops::cross_entropy: the GPU kernel handles at most 2^31 - 1 rows of at most 2^31 - 1 logits, got ",
+      logits.sizes());
+#else
+  TORCH_CHECK(false, "tt::ops::cross_entropy: logits are on ", logits.device(),
+              " but this build has no GPU kernels (CMake found neither CUDA nor HIP)");
+#endif
+}
+
+// ---- ATen formulation (CPU) -----------------------------------------------------------------------
+
+struct ForwardResult {
+  torch::Tensor loss;       // [] mean over valid rows
+  torch::Tensor lse;        // [rows] logsumexp of each row
+  torch::Tensor num_valid;  // [] number of rows whose label is not ignore_index
+};
+
+// Computes in fp32 (fp64 for fp64 logits, the gradient check). Labels are checked here because on the
+// CPU that costs no device synchronisation; the GPU kernel turns a bad label into a NaN loss instead.
+ForwardResult forward_aten(const torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index) {
+  const auto ct = logits.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  const int64_t vocab = logits.size(1);
+  auto valid = labels != ignore_index;
+  auto in_range = (labels >= 0) & (labels < vocab);
+  TORCH_CHECK((in_range | ~valid).all().item<bool>(), "tt::ops::cross_entropy: labels must be in [0, ", vocab,
+              ") or equal ignore_index (", ignore_index, "); got min ", labels.min().item<int64_t>(), " and max ",
+              labels.max().item<int64_t>());
+  auto x = logits.to(ct);
+  auto lse = torch::logsumexp(x, -1);
+  auto safe_labels = torch::where(valid, labels, 0);  // ignored rows gather column 0, then get loss 0
+  auto picked = x.gather(1, safe_labels.unsqueeze(1)).squeeze(1);
+  auto row_loss = torch::where(valid, lse - picked, torch::zeros_like(lse));
+  auto num_valid = valid.sum().to(ct);
+  return {row_loss.sum() / num_valid, lse, num_valid};
+}
+
+// grad_logits = (softmax - one_hot(label)) * grad_loss / num_valid on valid rows, 0 on ignored rows
+// (selected, not multiplied, so an all-ignored batch gives zeros rather than 0 * inf).
+torch::Tensor backward_aten(const torch::Tensor& grad_loss, const torch::Tensor& logits, const torch::Tensor& labels,
+                            const torch::Tensor& lse, const torch::Tensor& num_valid, int64_t ignore_index) {
+  auto x = logits.to(lse.scalar_type());
+  auto valid = (labels != ignore_index).unsqueeze(1);
+  auto probs = torch::exp(x - lse.unsqueeze(1));
+  auto safe_labels = torch::where(labels != ignore_index, labels, 0);
+  auto one_hot = torch::zeros_like(probs).scatter_(1, safe_labels.unsqueeze(1), 1.0);
+  auto scale = grad_loss.to(lse.scalar_type()) / num_valid;
+  auto grad = torch::where(valid, (probs - one_hot) * scale, torch::zeros_like(probs));
+  return grad.to(logits.scalar_type());
+}
+
+// ---- GPU kernels ------------------------------------------------------------------------------------
+
+#ifdef TT_HAVE_GPU_KERNELS
+kernels::DType kernel_dtype(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kBFloat16: return kernels::DType::kBFloat16;
+    case torch::kFloat16: return kernels::DType::kFloat16;
+    default: return kernels::DType::kFloat32;  // check_inputs admitted nothing else
+  }
+}
+
+void* current_stream(const torch::Tensor& t) {
+  return at::accelerator::getCurrentStream(t.device().index()).native_handle();
+}
+
+void check_launch(const kernels::LaunchStatus& status, const char* kernel) {
+  TORCH_CHECK(status.ok(), "tt::ops::cross_entropy: launching ", kernel, " failed: ", status.error);
+}
+
+// logits and labels must be contiguous. The count of valid rows stays on the device: no host sync.
+ForwardResult forward_gpu(const torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index) {
+  c10::DeviceGuard guard(logits.device());
+  auto f32 = logits.options().dtype(torch::kFloat32);
+  const int64_t rows = logits.size(0);
+  auto lse = torch::empty({rows}, f32);
+  auto row_loss = torch::empty({rows}, f32);
+  auto loss = torch::empty({}, f32);
+  auto num_valid = torch::empty({}, f32);
+  kernels::CrossEntropyForwardParams params{};
+  params.logits = logits.data_ptr();
+  params.labels = labels.data_ptr<int64_t>();
+  params.lse = lse.data_ptr<float>();
+  params.row_loss = row_loss.data_ptr<float>();
+  params.loss = loss.data_ptr<float>();
+  params.num_valid = num_valid.data_ptr<float>();
+  params.rows = rows;
+  params.vocab = logits.size(1);
+  params.ignore_index = ignore_index;
+  check_launch(kernels::cross_entropy_forward(params, kernel_dtype(logits.scalar_type()), current_stream(logits)),
+               "cross_entropy_forward");
+  return {loss, lse, num_valid};
+}
+
+torch::Tensor backward_gpu(const torch::Tensor& grad_loss, const torch::Tensor& logits, const torch::Tensor& labels,
+                           const torch::Tensor& lse, const torch::Tensor& num_valid, int64_t ignore_index) {
+  c10::DeviceGuard guard(logits.device());
+  auto grad_loss_f32 = grad_loss.to(torch::kFloat32).contiguous();
+  auto grad_logits = torch::empty(logits.sizes(), logits.options());
+  kernels::CrossEntropyBackwardParams params{};
+  params.logits = logits.data_ptr();
+  params.labels = labels.data_ptr<int64_t>();
+  params.lse = lse.data_ptr<float>();
+  params.grad_loss = grad_loss_f32.data_ptr<float>();
+  params.num_valid = num_valid.data_ptr<float>();
+  params.grad_logits = grad_logits.data_ptr();
+  params.rows = logits.size(0);
+  params.vocab = logits.size(1);
+  params.ignore_index = ignore_index;
+  check_launch(kernels::cross_entropy_backward(params, kernel_dtype(logits.scalar_type()), current_stream(logits)),
+               "cross_entropy_backward");
+  return grad_logits;
+}
+#endif
+
+}  // namespace
+
+// Saves logits, labels, the per-row logsumexp and the valid-row count; probabilities are never stored.
+struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& labels,
+                               int64_t ignore_index) {
+    check_inputs(logits, labels);
+    torch::Tensor logits_saved = logits;
+    torch::Tensor labels_saved = labels;
+    ForwardResult result;
+    if (logits.is_cpu()) {
+      result = forward_aten(logits, labels, ignore_index);
+    } else {
+#ifdef TT_HAVE_GPU_KERNELS
+      // The kernels read rows as contiguous memory; other layouts are copied once here.
+      logits_saved = logits.contiguous();
+      labels_saved = labels.contiguous();
+      result = forward_gpu(logits_saved, labels_saved, ignore_index);
+#endif
+    }
+    ctx->save_for_backward({logits_saved, labels_saved, result.lse, result.num_valid});
+    ctx->saved_data["ignore_index"] = ignore_index;
+    return result.loss;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const int64_t ignore_index = ctx->saved_data["ignore_index"].toInt();
+    torch::Tensor grad_logits;
+    if (saved[0].is_cpu()) {
+      grad_logits = backward_aten(grad_outputs[0], saved[0], saved[1], saved[2], saved[3], ignore_index);
+    } else {
+#ifdef TT_HAVE_GPU_KERNELS
+      grad_logits = backward_gpu(grad_outputs[0], saved[0], saved[1], saved[2], saved[3], ignore_index);
+#endif
+    }
+    return {grad_logits, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index) {
+  return CrossEntropyFunction::apply(logits, labels, ignore_index);
+}
+
+}  // namespace tt::ops

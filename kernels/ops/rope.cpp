@@ -1,0 +1,163 @@
+// RoPE op layer: checks inputs, runs the custom kernel on GPU tensors and the ATen formulation of the
+// same forward and backward on CPU tensors (so a float64 gradient check on CPU verifies the backward
+// formula the kernel implements).
+#include "kernels/ops/rope.h"
+
+#include <limits>
+#include <tuple>
+
+#include <ATen/DeviceAccelerator.h>
+#include <c10/core/DeviceGuard.h>
+
+#if defined(TT_BACKEND_CUDA) || defined(TT_BACKEND_HIP)
+#define TT_HAVE_GPU_KERNELS 1
+#include "kernels/rope.cuh"
+#endif
+
+namespace tt::ops {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& cos, const torch::Tensor& sin) {
+  TORCH_CHECK(q.defined() && k.defined() && cos.defined() && sin.defined(),
+              "tt::ops::rope: q, k, cos and sin must be defined tensors");
+  TORCH_CHECK(q.dim() == 4, "tt::ops::rope: q must have shape [batch, seq, heads, head_dim], got ", q.sizes());
+  TORCH_CHECK(k.dim() == 4, "tt::ops::rope: k must have shape [batch, seq, kv_heads, head_dim], got ", k.sizes());
+  TORCH_CHECK(q.is_floating_point(), "tt::ops::rope: q must be a floating-point tensor, got ", q.scalar_type());
+  TORCH_CHECK(k.scalar_type() == q.scalar_type(), "tt::ops::rope: q and k must have the same dtype, got q ",
+              q.scalar_type(), " and k ", k.scalar_type());
+  TORCH_CHECK(q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3),
+              "tt::ops::rope: q and k must agree in batch, seq and head_dim, got q ", q.sizes(), " and k ", k.sizes());
+  const int64_t seq = q.size(1);
+  const int64_t head_dim = q.size(3);
+  TORCH_CHECK(head_dim > 0 && head_dim % 2 == 0,
+              "tt::ops::rope: head_dim must be even and > 0 (pairs are rotated), got ", head_dim);
+  for (const auto* table : {&cos, &sin}) {
+    const char* name = table == &cos ? "cos" : "sin";
+    TORCH_CHECK(table->scalar_type() == torch::kFloat32, "tt::ops::rope: ", name, " must be Float (fp32), got ",
+                table->scalar_type());
+    TORCH_CHECK(table->dim() == 2 && table->size(0) == seq && table->size(1) == head_dim / 2, "tt::ops::rope: ", name,
+                " must have shape [seq, head_dim / 2] = [", seq, ", ", head_dim / 2, "], got ", table->sizes());
+  }
+  for (const auto* t : {&k, &cos, &sin}) {
+    const char* name = t == &k ? "k" : t == &cos ? "cos" : "sin";
+    TORCH_CHECK(t->device() == q.device(), "tt::ops::rope: ", name, " is on ", t->device(), " but q is on ", q.device(),
+                "; all inputs must be on the same device");
+  }
+  if (q.is_cpu()) return;
+#ifdef TT_HAVE_GPU_KERNELS
+  const auto dtype = q.scalar_type();
+  TORCH_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kFloat16,
+              "tt::ops::rope: the GPU kernel supports q and k of dtype Float, BFloat16 or Half, got ", dtype);
+  TORCH_CHECK(q.size(0) * seq <= std::numeric_limits<int32_t>::max() &&
+                  (q.size(2) + k.size(2)) * head_dim <= std::numeric_limits<int32_t>::max(),
+              "tt::ops::rope: the GPU kernel handles at most 2^31 - 1 tokens, got q ", q.sizes());
+#else
+  TORCH_CHECK(false, "tt::ops::rope: q is on ", q.device(),
+              " but this build has no GPU kernels (CMake found neither CUDA nor HIP)");
+#endif
+}
+
+// ---- ATen formulation (CPU) -----------------------------------------------------------------------
+
+// Rotates the pairs of x [B, S, H, D] by +angle (sign 1) or -angle (sign -1), computing in fp32 (fp64
+// for fp64 inputs, the gradient check). The backward is the rotation by -angle: the matrix is orthogonal.
+torch::Tensor rotate_aten(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, double sign) {
+  const auto ct = x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  auto pairs = x.to(ct).unflatten(-1, {-1, 2});  // [B, S, H, D/2, 2]
+  auto x0 = pairs.select(-1, 0);
+  auto x1 = pairs.select(-1, 1);
+  auto c = cos.to(ct).unsqueeze(1);  // [S, 1, D/2], broadcast over heads
+  auto s = sin.to(ct).unsqueeze(1) * sign;
+  return torch::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1).flatten(-2).to(x.scalar_type());
+}
+
+// ---- GPU kernel ---------------------------------------------------------------------------------------
+
+#ifdef TT_HAVE_GPU_KERNELS
+kernels::DType kernel_dtype(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kBFloat16: return kernels::DType::kBFloat16;
+    case torch::kFloat16: return kernels::DType::kFloat16;
+    default: return kernels::DType::kFloat32;  // check_inputs admitted nothing else
+  }
+}
+
+// The kernel takes any strides for batch, seq and heads, so views into a fused QKV projection need no
+// copy; only a non-contiguous head dim is copied.
+torch::Tensor with_contiguous_head_dim(const torch::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); }
+
+kernels::RopeTensor rope_tensor(const torch::Tensor& in, const torch::Tensor& out) {
+  return {in.data_ptr(), out.data_ptr(), in.size(2), in.stride(0), in.stride(1), in.stride(2)};
+}
+
+// Rotates q and k (or their gradients) in one launch; outputs are contiguous.
+std::pair<torch::Tensor, torch::Tensor> rotate_gpu(const torch::Tensor& q_in, const torch::Tensor& k_in,
+                                                   const torch::Tensor& cos, const torch::Tensor& sin, bool inverse) {
+  c10::DeviceGuard guard(q_in.device());
+  auto q = with_contiguous_head_dim(q_in);
+  auto k = with_contiguous_head_dim(k_in);
+  auto cos_c = cos.contiguous();
+  auto sin_c = sin.contiguous();
+  auto q_out = torch::empty(q.sizes(), q.options());
+  auto k_out = torch::empty(k.sizes(), k.options());
+  kernels::RopeParams params{};
+  params.q = rope_tensor(q, q_out);
+  params.k = rope_tensor(k, k_out);
+  params.cos = cos_c.data_ptr<float>();
+  params.sin = sin_c.data_ptr<float>();
+  params.batch = q.size(0);
+  params.seq = q.size(1);
+  params.head_dim = q.size(3);
+  void* stream = at::accelerator::getCurrentStream(q.device().index()).native_handle();
+  const auto dtype = kernel_dtype(q.scalar_type());
+  const auto status =
+      inverse ? kernels::rope_backward(params, dtype, stream) : kernels::rope_forward(params, dtype, stream);
+  TORCH_CHECK(status.ok(), "tt::ops::rope: launching ", inverse ? "rope_backward" : "rope_forward",
+              " failed: ", status.error);
+  return {q_out, k_out};
+}
+#endif
+
+std::pair<torch::Tensor, torch::Tensor> rotate(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& cos,
+                                               const torch::Tensor& sin, bool inverse) {
+  if (q.is_cpu()) {
+    const double sign = inverse ? -1.0 : 1.0;
+    return {rotate_aten(q, cos, sin, sign), rotate_aten(k, cos, sin, sign)};
+  }
+#ifdef TT_HAVE_GPU_KERNELS
+  return rotate_gpu(q, k, cos, sin, inverse);
+#else
+  TORCH_CHECK(false, "tt::ops::rope: this build has no GPU kernels");
+#endif
+}
+
+}  // namespace
+
+// Saves only the tables: the backward needs no activation.
+struct RopeFunction : torch::autograd::Function<RopeFunction> {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& cos, const torch::Tensor& sin) {
+    check_inputs(q, k, cos, sin);
+    auto [q_out, k_out] = rotate(q, k, cos, sin, /*inverse=*/false);
+    ctx->save_for_backward({cos, sin});
+    return {q_out, k_out};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    auto [grad_q, grad_k] = rotate(grad_outputs[0], grad_outputs[1], saved[0], saved[1], /*inverse=*/true);
+    return {grad_q, grad_k, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+std::pair<torch::Tensor, torch::Tensor> rope(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& cos,
+                                             const torch::Tensor& sin) {
+  auto outputs = RopeFunction::apply(q, k, cos, sin);
+  return {outputs[0], outputs[1]};
+}
+
+}  // namespace tt::ops

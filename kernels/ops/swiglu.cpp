@@ -1,0 +1,156 @@
+// SwiGLU op layer: checks inputs, runs the custom kernels on GPU tensors and the ATen formulation of the
+// same forward and backward on CPU tensors (so a float64 gradient check on CPU verifies the backward
+// formulas the kernels implement).
+#include "kernels/ops/swiglu.h"
+
+#include <limits>
+
+#include <ATen/DeviceAccelerator.h>
+#include <c10/core/DeviceGuard.h>
+
+#if defined(TT_BACKEND_CUDA) || defined(TT_BACKEND_HIP)
+#define TT_HAVE_GPU_KERNELS 1
+#include "kernels/swiglu.cuh"
+#endif
+
+namespace tt::ops {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+void check_inputs(const torch::Tensor& gate_up) {
+  TORCH_CHECK(gate_up.defined(), "tt::ops::swiglu: gate_up must be a defined tensor");
+  TORCH_CHECK(gate_up.is_floating_point(), "tt::ops::swiglu: gate_up must be a floating-point tensor, got ",
+              gate_up.scalar_type());
+  TORCH_CHECK(gate_up.dim() >= 1 && gate_up.size(-1) > 0 && gate_up.size(-1) % 2 == 0,
+              "tt::ops::swiglu: gate_up must have shape [..., 2 * ffn] with ffn > 0 (gate then up), got ",
+              gate_up.sizes());
+  if (gate_up.is_cpu()) return;
+#ifdef TT_HAVE_GPU_KERNELS
+  const auto dtype = gate_up.scalar_type();
+  TORCH_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kFloat16,
+              "tt::ops::swiglu: the GPU kernel supports gate_up of dtype Float, BFloat16 or Half, got ", dtype);
+  TORCH_CHECK(gate_up.numel() / gate_up.size(-1) <= std::numeric_limits<int32_t>::max() &&
+                  gate_up.size(-1) <= std::numeric_limits<int32_t>::max(),
+              "tt::ops::swiglu: the GPU kernel handles at most 2^31 - 1 rows of at most 2^31 - 1 elements, got ",
+              gate_up.sizes());
+#else
+  TORCH_CHECK(false, "tt::ops::swiglu: gate_up is on ", gate_up.device(),
+              " but this build has no GPU kernels (CMake found neither CUDA nor HIP)");
+#endif
+}
+
+// ---- ATen formulation (CPU) -----------------------------------------------------------------------
+
+// gate and up in the compute dtype: fp32, or fp64 for fp64 inputs (the gradient check).
+std::pair<torch::Tensor, torch::Tensor> split_aten(const torch::Tensor& gate_up) {
+  const auto ct = gate_up.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  const int64_t ffn = gate_up.size(-1) / 2;
+  return {gate_up.narrow(-1, 0, ffn).to(ct), gate_up.narrow(-1, ffn, ffn).to(ct)};
+}
+
+torch::Tensor forward_aten(const torch::Tensor& gate_up) {
+  auto [gate, up] = split_aten(gate_up);
+  return (gate * torch::sigmoid(gate) * up).to(gate_up.scalar_type());
+}
+
+// grad_gate = grad_out * up * sig(gate) * (1 + gate * (1 - sig(gate))), grad_up = grad_out * silu(gate).
+torch::Tensor backward_aten(const torch::Tensor& grad_out, const torch::Tensor& gate_up) {
+  auto [gate, up] = split_aten(gate_up);
+  auto go = grad_out.to(gate.scalar_type());
+  auto sig = torch::sigmoid(gate);
+  auto grad_gate = go * up * sig * (1 + gate * (1 - sig));
+  auto grad_up = go * gate * sig;
+  return torch::cat({grad_gate, grad_up}, -1).to(gate_up.scalar_type());
+}
+
+// ---- GPU kernels ------------------------------------------------------------------------------------
+
+#ifdef TT_HAVE_GPU_KERNELS
+kernels::DType kernel_dtype(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kBFloat16: return kernels::DType::kBFloat16;
+    case torch::kFloat16: return kernels::DType::kFloat16;
+    default: return kernels::DType::kFloat32;  // check_inputs admitted nothing else
+  }
+}
+
+void* current_stream(const torch::Tensor& t) {
+  return at::accelerator::getCurrentStream(t.device().index()).native_handle();
+}
+
+void check_launch(const kernels::LaunchStatus& status, const char* kernel) {
+  TORCH_CHECK(status.ok(), "tt::ops::swiglu: launching ", kernel, " failed: ", status.error);
+}
+
+// gate_up must be contiguous.
+torch::Tensor forward_gpu(const torch::Tensor& gate_up) {
+  c10::DeviceGuard guard(gate_up.device());
+  const int64_t ffn = gate_up.size(-1) / 2;
+  auto out_sizes = gate_up.sizes().vec();
+  out_sizes.back() = ffn;
+  auto out = torch::empty(out_sizes, gate_up.options());
+  kernels::SwigluForwardParams params{};
+  params.gate_up = gate_up.data_ptr();
+  params.out = out.data_ptr();
+  params.rows = gate_up.numel() / gate_up.size(-1);
+  params.ffn = ffn;
+  check_launch(kernels::swiglu_forward(params, kernel_dtype(gate_up.scalar_type()), current_stream(gate_up)),
+               "swiglu_forward");
+  return out;
+}
+
+torch::Tensor backward_gpu(const torch::Tensor& grad_out, const torch::Tensor& gate_up) {
+  c10::DeviceGuard guard(gate_up.device());
+  // Gradients may arrive in another layout (an expanded scalar from .sum(), say) or dtype.
+  auto grad = grad_out.to(gate_up.scalar_type()).contiguous();
+  auto grad_gate_up = torch::empty(gate_up.sizes(), gate_up.options());
+  kernels::SwigluBackwardParams params{};
+  params.grad_out = grad.data_ptr();
+  params.gate_up = gate_up.data_ptr();
+  params.grad_gate_up = grad_gate_up.data_ptr();
+  params.rows = gate_up.numel() / gate_up.size(-1);
+  params.ffn = gate_up.size(-1) / 2;
+  check_launch(kernels::swiglu_backward(params, kernel_dtype(gate_up.scalar_type()), current_stream(gate_up)),
+               "swiglu_backward");
+  return grad_gate_up;
+}
+#endif
+
+}  // namespace
+
+// Saves gate_up (contiguous): the backward needs gate and up, and nothing else.
+struct SwigluFunction : torch::autograd::Function<SwigluFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& gate_up) {
+    check_inputs(gate_up);
+    torch::Tensor saved = gate_up;
+    torch::Tensor out;
+    if (gate_up.is_cpu()) {
+      out = forward_aten(gate_up);
+    } else {
+#ifdef TT_HAVE_GPU_KERNELS
+      // The kernel reads rows as contiguous memory; other layouts are copied once here.
+      saved = gate_up.contiguous();
+      out = forward_gpu(saved);
+#endif
+    }
+    ctx->save_for_backward({saved});
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto gate_up = ctx->get_saved_variables()[0];
+    if (gate_up.is_cpu()) return {backward_aten(grad_outputs[0], gate_up)};
+#ifdef TT_HAVE_GPU_KERNELS
+    return {backward_gpu(grad_outputs[0], gate_up)};
+#else
+    return {torch::Tensor()};
+#endif
+  }
+};
+
+torch::Tensor swiglu(const torch::Tensor& gate_up) { return SwigluFunction::apply(gate_up); }
+
+}  // namespace tt::ops

@@ -1,0 +1,147 @@
+// SwiGLU forward and backward.
+//
+// One block per row, threads striding over the row's F columns with 16-byte accesses where alignment
+// allows. Fusing the activation saves the round trips of the unfused form (silu writes a temporary,
+// the multiply reads it back; the backward needs several more), and reading gate and up straight from
+// the GEMM's [rows, 2F] output saves the copies that splitting it into two contiguous tensors costs.
+// Math is fp32 whatever the storage type, rounding once on store.
+#include "swiglu.cuh"
+
+#include <initializer_list>
+
+namespace tt::kernels {
+
+namespace {
+
+// =================================================================================================
+// Kernels
+// =================================================================================================
+
+// expf rather than the fast __expf: the kernel is memory-bound, so the accurate one is free, and it
+// keeps fp32 results within a few ulp of LibTorch's.
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+template <typename T, int kVec>
+__global__ void swiglu_forward_kernel(SwigluForwardParams params) {
+  const int64_t row = blockIdx.x;
+  const int ffn = static_cast<int>(params.ffn);
+  const T* gate = static_cast<const T*>(params.gate_up) + row * 2 * params.ffn;
+  const T* up = gate + params.ffn;
+  T* out = static_cast<T*>(params.out) + row * params.ffn;
+
+  for (int col = threadIdx.x * kVec; col < ffn; col += blockDim.x * kVec) {
+    const Pack<T, kVec> gs = load_pack<kVec>(gate + col);
+    const Pack<T, kVec> us = load_pack<kVec>(up + col);
+    Pack<T, kVec> outs;
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) {
+      const float g = to_float(gs.values[v]);
+      outs.values[v] = from_float<T>(g * sigmoid(g) * to_float(us.values[v]));
+    }
+    store_pack<kVec>(out + col, outs);
+  }
+}
+
+template <typename T, int kVec>
+__global__ void swiglu_backward_kernel(SwigluBackwardParams params) {
+  const int64_t row = blockIdx.x;
+  const int ffn = static_cast<int>(params.ffn);
+  const T* grad_out = static_cast<const T*>(params.grad_out) + row * params.ffn;
+  const T* gate = static_cast<const T*>(params.gate_up) + row * 2 * params.ffn;
+  const T* up = gate + params.ffn;
+  T* grad_gate = static_cast<T*>(params.grad_gate_up) + row * 2 * params.ffn;
+  T* grad_up = grad_gate + params.ffn;
+
+  for (int col = threadIdx.x * kVec; col < ffn; col += blockDim.x * kVec) {
+    const Pack<T, kVec> gos = load_pack<kVec>(grad_out + col);
+    const Pack<T, kVec> gs = load_pack<kVec>(gate + col);
+    const Pack<T, kVec> us = load_pack<kVec>(up + col);
+    Pack<T, kVec> grad_gates;
+    Pack<T, kVec> grad_ups;
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) {
+      const float go = to_float(gos.values[v]);
+      const float g = to_float(gs.values[v]);
+      const float u = to_float(us.values[v]);
+      const float sig = sigmoid(g);
+      // d silu(g) / dg = sig + g * sig * (1 - sig) = sig * (1 + g * (1 - sig)).
+      grad_gates.values[v] = from_float<T>(go * u * sig * (1.0f + g * (1.0f - sig)));
+      grad_ups.values[v] = from_float<T>(go * g * sig);
+    }
+    store_pack<kVec>(grad_gate + col, grad_gates);
+    store_pack<kVec>(grad_up + col, grad_ups);
+  }
+}
+
+// =================================================================================================
+// Launchers
+// =================================================================================================
+
+template <typename T>
+constexpr int kWideVec = 16 / sizeof(T);
+
+// Rows of F = 2048 (the workshop shape) in bf16 take 256 threads of one 16-byte access each; longer
+// rows loop. A block of up to 256 threads lets several rows share an SM.
+template <int kVec>
+int row_block_threads(int64_t ffn) {
+  return block_threads_for((ffn + kVec - 1) / kVec, 256);
+}
+
+// gate_up's row length 2F is a multiple of kVec whenever F is, so one test on F plus the base pointers
+// covers gate, up and every row.
+template <typename T>
+bool use_wide(int64_t ffn, std::initializer_list<const void*> pointers) {
+  if (ffn % kWideVec<T> != 0) return false;
+  for (const void* p : pointers) {
+    if (!is_pack_aligned<T, kWideVec<T>>(p)) return false;
+  }
+  return true;
+}
+
+template <typename T>
+void forward_for_type(const SwigluForwardParams& params, gpuStream_t stream) {
+  const unsigned grid = static_cast<unsigned>(params.rows);
+  if (use_wide<T>(params.ffn, {params.gate_up, params.out})) {
+    constexpr int kVec = kWideVec<T>;
+    swiglu_forward_kernel<T, kVec><<<grid, row_block_threads<kVec>(params.ffn), 0, stream>>>(params);
+  } else {
+    swiglu_forward_kernel<T, 1><<<grid, row_block_threads<1>(params.ffn), 0, stream>>>(params);
+  }
+}
+
+template <typename T>
+void backward_for_type(const SwigluBackwardParams& params, gpuStream_t stream) {
+  const unsigned grid = static_cast<unsigned>(params.rows);
+  if (use_wide<T>(params.ffn, {params.grad_out, params.gate_up, params.grad_gate_up})) {
+    constexpr int kVec = kWideVec<T>;
+    swiglu_backward_kernel<T, kVec><<<grid, row_block_threads<kVec>(params.ffn), 0, stream>>>(params);
+  } else {
+    swiglu_backward_kernel<T, 1><<<grid, row_block_threads<1>(params.ffn), 0, stream>>>(params);
+  }
+}
+
+}  // namespace
+
+LaunchStatus swiglu_forward(const SwigluForwardParams& params, DType dtype, void* stream) {
+  if (params.rows == 0) return {};
+  const gpuStream_t s = to_stream(stream);
+  switch (dtype) {
+    case DType::kFloat32: forward_for_type<float>(params, s); break;
+    case DType::kBFloat16: forward_for_type<bf16>(params, s); break;
+    case DType::kFloat16: forward_for_type<fp16>(params, s); break;
+  }
+  return last_launch_status();
+}
+
+LaunchStatus swiglu_backward(const SwigluBackwardParams& params, DType dtype, void* stream) {
+  if (params.rows == 0) return {};
+  const gpuStream_t s = to_stream(stream);
+  switch (dtype) {
+    case DType::kFloat32: backward_for_type<float>(params, s); break;
+    case DType::kBFloat16: backward_for_type<bf16>(params, s); break;
+    case DType::kFloat16: backward_for_type<fp16>(params, s); break;
+  }
+  return last_launch_status();
+}
+
+}  // namespace tt::kernels

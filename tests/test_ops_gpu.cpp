@@ -1,0 +1,515 @@
+// GPU tests of the custom kernels through their autograd Functions (kernels/ops/), each against the plain
+// reference op (models/reference.h): the output and every gradient, over dtypes and awkward shapes.
+//
+// Tolerances. Every comparison is made against the reference evaluated in float64 on the same
+// (already rounded) inputs.
+//  * fp32: max |ours - ref64| <= rtol * max |ref64|, rtol 1e-5 (outputs) to 1e-4 (gradients).
+//  * bf16/fp16: our error may be at most twice the reference implementation's own error at that
+//    precision (the reference run on the same bf16/fp16 inputs, against the same fp64 result), plus
+//    half an ulp of the largest value: the flash-attention test convention.
+// Failures print the error, the allowance and the magnitudes, so the log alone tells how far off it is.
+#include <cmath>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "kernels/ops/cross_entropy.h"
+#include "kernels/ops/rms_norm.h"
+#include "kernels/ops/rope.h"
+#include "kernels/ops/swiglu.h"
+#include "models/reference.h"
+
+namespace {
+
+using torch::indexing::Slice;
+using tt::reference::kIgnoreIndex;
+
+#if defined(TT_BACKEND_CUDA) || defined(TT_BACKEND_HIP)
+constexpr bool kBuiltWithKernels = true;
+#else
+constexpr bool kBuiltWithKernels = false;
+#endif
+
+#define SKIP_WITHOUT_GPU()                                                                            \
+  do {                                                                                                \
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU: torch::cuda::is_available() is false"; \
+    if (!kBuiltWithKernels) GTEST_SKIP() << "no GPU kernels: built without TT_BACKEND_CUDA/HIP";      \
+  } while (false)
+
+const std::vector<torch::ScalarType> kDtypes = {torch::kFloat32, torch::kBFloat16, torch::kFloat16};
+
+torch::TensorOptions gpu(torch::ScalarType dtype = torch::kFloat32) {
+  return torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
+}
+
+std::string dtype_name(torch::ScalarType dtype) { return c10::toString(dtype); }
+
+std::string shape_name(torch::IntArrayRef sizes) {
+  std::ostringstream out;
+  out << sizes;
+  return out.str();
+}
+
+double unit_roundoff(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kBFloat16: return std::ldexp(1.0, -8);
+    case torch::kFloat16: return std::ldexp(1.0, -11);
+    default: return std::ldexp(1.0, -24);
+  }
+}
+
+// See the file comment. `ours`, `ref_same` (the reference at the test's precision; unused for fp32)
+// and `ref64` are compared in fp64. `term_scale` is the magnitude the tolerances are relative to:
+// max |ref64| by default; callers pass the size of the terms a result is the difference of, where
+// that result may cancel to almost nothing (an RMSNorm input gradient, p - 1 in cross-entropy).
+// NaNs must appear in the same places (an all-ignored cross-entropy batch) and are otherwise skipped.
+void expect_matches_reference(const torch::Tensor& ours, const torch::Tensor& ref_same, const torch::Tensor& ref64,
+                              torch::ScalarType dtype, double fp32_rtol, const std::string& what,
+                              double term_scale = -1.0) {
+  ASSERT_TRUE(ours.defined()) << what << ": no result (undefined tensor)";
+  ASSERT_EQ(ours.sizes(), ref64.sizes()) << what << ": shape differs from the reference's";
+  auto o = ours.detach().to(torch::kFloat64);
+  auto r64 = ref64.detach().to(torch::kFloat64);
+  if (o.numel() == 0) return;
+  EXPECT_TRUE(torch::equal(o.isnan(), r64.isnan()))
+      << what << " [" << dtype_name(dtype) << "]: NaNs differ from the fp64 reference's: ours has "
+      << o.isnan().sum().item<int64_t>() << ", the reference " << r64.isnan().sum().item<int64_t>();
+  auto max_abs_diff = [&](const torch::Tensor& a) {
+    auto diff = (a - r64).abs();
+    return torch::where(diff.isnan(), torch::zeros_like(diff), diff).max().item<double>();
+  };
+  const double error = max_abs_diff(o);
+  const double scale = term_scale >= 0.0 ? term_scale : torch::nan_to_num(r64.abs(), 0.0).max().item<double>();
+  double allowed = 0.0;
+  std::ostringstream rule;
+  if (dtype == torch::kFloat32) {
+    allowed = fp32_rtol * scale;
+    rule << "rtol " << fp32_rtol << " x scale " << scale;
+  } else {
+    const double ref_error = max_abs_diff(ref_same.detach().to(torch::kFloat64));
+    const double floor = unit_roundoff(dtype) * scale;
+    allowed = 2 * ref_error + floor;
+    rule << "2 x reference's own " << dtype_name(dtype) << " error " << ref_error << " + floor " << floor
+         << " (half an ulp of scale " << scale << ")";
+  }
+  EXPECT_LE(error, allowed) << what << " [" << dtype_name(dtype) << "]: max |ours - fp64 reference| = " << error
+                            << " exceeds " << allowed << " = " << rule.str();
+}
+
+std::vector<torch::Tensor> grads_of(const std::vector<torch::Tensor>& outputs, const std::vector<torch::Tensor>& inputs,
+                                    const std::vector<torch::Tensor>& grad_outputs) {
+  return torch::autograd::grad(outputs, inputs, grad_outputs);
+}
+
+torch::Tensor leaf(const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); }
+
+// A contiguous tensor whose data starts one element past an aligned address: the kernels must notice
+// and fall back from 16-byte accesses.
+torch::Tensor misaligned_copy(const torch::Tensor& t) {
+  auto storage = torch::empty({t.numel() + 1}, t.options());
+  auto view = storage.narrow(0, 1, t.numel()).view(t.sizes());
+  view.copy_(t);
+  return view;
+}
+
+void expect_error(const std::function<void()>& fn, const std::string& fragment) {
+  try {
+    fn();
+  } catch (const c10::Error& error) {
+    const std::string message = error.what_without_backtrace();
+    EXPECT_NE(message.find(fragment), std::string::npos)
+        << "error message lacks \"" << fragment << "\"; it was: " << message;
+    return;
+  }
+  ADD_FAILURE() << "expected an error containing \"" << fragment << "\", but nothing was thrown";
+}
+
+// ---- RMSNorm ------------------------------------------------------------------------------------
+
+constexpr double kEps = 1e-6;
+
+// x and grad_y in `dtype`; weight in fp32 for our op (as under autocast) and in `dtype` for the
+// reference's low-precision run, holding the same dtype-representable values.
+void check_rms_norm(const torch::Tensor& x_in, torch::ScalarType dtype, const std::string& label) {
+  const int64_t hidden = x_in.size(-1);
+  auto weight_same = (1 + 0.2 * torch::randn({hidden}, gpu())).to(dtype);
+  auto grad_y = torch::randn(x_in.sizes(), gpu()).to(dtype);
+  const std::string what = "rms_norm " + label + " x " + shape_name(x_in.sizes());
+
+  auto x = leaf(x_in);
+  auto weight = leaf(weight_same.to(torch::kFloat32));
+  auto y = tt::ops::rms_norm(x, weight, kEps);
+  EXPECT_EQ(y.scalar_type(), dtype) << what << ": output must keep the activation dtype";
+  auto grads = grads_of({y}, {x, weight}, {grad_y});
+
+  auto x_same = leaf(x_in);
+  auto w_same = leaf(weight_same);
+  auto y_same = tt::reference::rms_norm(x_same, w_same, kEps);
+  auto grads_same = grads_of({y_same}, {x_same, w_same}, {grad_y});
+
+  auto x64 = leaf(x_in.to(torch::kFloat64));
+  auto w64 = leaf(weight_same.to(torch::kFloat64));
+  auto y64 = tt::reference::rms_norm(x64, w64, kEps);
+  auto grads64 = grads_of({y64}, {x64, w64}, {grad_y.to(torch::kFloat64)});
+
+  // grad x = r * (g * w - x * r^2 * mean(g * w * x)) cancels when hidden is small (at hidden 1 it is
+  // O(eps)): measure its error against the size of r * g * w.
+  auto inv_rms64 = torch::rsqrt(x64.detach().pow(2).mean(-1, /*keepdim=*/true) + kEps);
+  const double grad_x_scale = (grad_y.to(torch::kFloat64) * w64.detach() * inv_rms64).abs().max().item<double>();
+  expect_matches_reference(y, y_same, y64, dtype, 1e-5, what + " output");
+  expect_matches_reference(grads[0], grads_same[0], grads64[0], dtype, 1e-4, what + " grad x", grad_x_scale);
+  expect_matches_reference(grads[1], grads_same[1], grads64[1], dtype, 1e-4, what + " grad weight");
+}
+
+TEST(OpsGpu, RmsNormMatchesReferenceOverShapesAndDtypes) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(0);
+  // Rows: one; a few; more than the backward's 256 partial-sum blocks (several rows per block).
+  // Hidden: 1, odd sizes (element-wise path), 512/1000/2048 (16-byte path), 4099 (several strides).
+  const std::vector<std::vector<int64_t>> shapes = {{1, 1},    {1, 7},      {3, 129}, {2, 17, 512}, {1000, 1000},
+                                                    {5, 4099}, {300, 2048}, {600, 7}, {257, 129}};
+  for (const auto dtype : kDtypes) {
+    for (const auto& shape : shapes) check_rms_norm(torch::randn(shape, gpu()).to(dtype), dtype, "contiguous");
+  }
+}
+
+TEST(OpsGpu, RmsNormHandlesNonContiguousAndMisalignedInputs) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(1);
+  for (const auto dtype : kDtypes) {
+    auto transposed = torch::randn({512, 33}, gpu()).to(dtype).t();  // [33, 512], column-major
+    check_rms_norm(transposed, dtype, "transposed");
+    auto sliced = torch::randn({40, 1030}, gpu()).to(dtype).narrow(1, 3, 1024);  // row stride 1030
+    check_rms_norm(sliced, dtype, "column slice");
+    check_rms_norm(misaligned_copy(torch::randn({9, 1024}, gpu()).to(dtype)), dtype, "misaligned");
+  }
+}
+
+TEST(OpsGpu, RmsNormWeightGradientIsBitwiseDeterministic) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(2);
+  for (const auto dtype : kDtypes) {
+    auto x_data = torch::randn({2000, 1000}, gpu()).to(dtype);
+    auto grad_y = torch::randn({2000, 1000}, gpu()).to(dtype);
+    auto weight_data = torch::randn({1000}, gpu());
+    std::vector<torch::Tensor> weight_grads;
+    std::vector<torch::Tensor> x_grads;
+    for (int run = 0; run < 2; ++run) {
+      auto x = leaf(x_data);
+      auto weight = leaf(weight_data);
+      auto grads = grads_of({tt::ops::rms_norm(x, weight, kEps)}, {x, weight}, {grad_y});
+      x_grads.push_back(grads[0]);
+      weight_grads.push_back(grads[1]);
+    }
+    EXPECT_TRUE(torch::equal(weight_grads[0], weight_grads[1]))
+        << "rms_norm grad weight [" << dtype_name(dtype) << "] differs between two identical runs";
+    EXPECT_TRUE(torch::equal(x_grads[0], x_grads[1]))
+        << "rms_norm grad x [" << dtype_name(dtype) << "] differs between two identical runs";
+  }
+}
+
+TEST(OpsGpu, RmsNormEmptyBatch) {
+  SKIP_WITHOUT_GPU();
+  auto x = leaf(torch::randn({0, 64}, gpu()));
+  auto weight = leaf(torch::randn({64}, gpu()));
+  auto y = tt::ops::rms_norm(x, weight, kEps);
+  EXPECT_EQ(y.sizes(), x.sizes());
+  auto grads = grads_of({y}, {x, weight}, {torch::randn({0, 64}, gpu())});
+  EXPECT_TRUE(grads[1].eq(0).all().item<bool>()) << "an empty batch must give a zero weight gradient";
+}
+
+TEST(OpsGpu, RmsNormRejectsBadInputs) {
+  SKIP_WITHOUT_GPU();
+  auto x = torch::randn({4, 8}, gpu());
+  expect_error([&] { tt::ops::rms_norm(x.to(torch::kFloat64), torch::ones({8}, gpu()), kEps); },
+               "the GPU kernel supports x of dtype Float, BFloat16 or Half, got Double");
+  expect_error([&] { tt::ops::rms_norm(x, torch::ones({8}), kEps); }, "weight is on cpu but x is on cuda");
+}
+
+// ---- RoPE ---------------------------------------------------------------------------------------
+
+struct RopeInputs {
+  torch::Tensor q;
+  torch::Tensor k;
+};
+
+void check_rope(const RopeInputs& in, torch::ScalarType dtype, const std::string& label) {
+  const int64_t seq = in.q.size(1);
+  const int64_t head_dim = in.q.size(3);
+  // A non-zero start position, as in KV-cache decoding, so angles are not all small.
+  auto [cos, sin] = tt::reference::rope_tables(seq, head_dim, 10000.0, 7, torch::kCUDA);
+  auto grad_q = torch::randn(in.q.sizes(), gpu()).to(dtype);
+  auto grad_k = torch::randn(in.k.sizes(), gpu()).to(dtype);
+  const std::string what = "rope " + label + " q " + shape_name(in.q.sizes()) + " k " + shape_name(in.k.sizes());
+
+  auto q = leaf(in.q);
+  auto k = leaf(in.k);
+  auto [q_out, k_out] = tt::ops::rope(q, k, cos, sin);
+  EXPECT_EQ(q_out.scalar_type(), dtype);
+  EXPECT_EQ(k_out.scalar_type(), dtype);
+  auto grads = grads_of({q_out, k_out}, {q, k}, {grad_q, grad_k});
+
+  auto q_same = leaf(in.q);
+  auto k_same = leaf(in.k);
+  auto q_out_same = tt::reference::apply_rope(q_same, cos, sin);
+  auto k_out_same = tt::reference::apply_rope(k_same, cos, sin);
+  auto grads_same = grads_of({q_out_same, k_out_same}, {q_same, k_same}, {grad_q, grad_k});
+
+  // apply_rope computes in fp32 whatever the input; that is precise enough for an exact rotation
+  // checked at 1e-5 (the fp64 run still removes the inputs' rounding from the comparison).
+  auto q64 = leaf(in.q.to(torch::kFloat64));
+  auto k64 = leaf(in.k.to(torch::kFloat64));
+  auto q_out64 = tt::reference::apply_rope(q64, cos, sin);
+  auto k_out64 = tt::reference::apply_rope(k64, cos, sin);
+  auto grads64 = grads_of({q_out64, k_out64}, {q64, k64}, {grad_q.to(torch::kFloat64), grad_k.to(torch::kFloat64)});
+
+  expect_matches_reference(q_out, q_out_same, q_out64, dtype, 1e-5, what + " q output");
+  expect_matches_reference(k_out, k_out_same, k_out64, dtype, 1e-5, what + " k output");
+  expect_matches_reference(grads[0], grads_same[0], grads64[0], dtype, 1e-5, what + " grad q");
+  expect_matches_reference(grads[1], grads_same[1], grads64[1], dtype, 1e-5, what + " grad k");
+}
+
+TEST(OpsGpu, RopeMatchesReferenceOverShapesHeadsAndDtypes) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(3);
+  const std::vector<std::pair<int64_t, int64_t>> head_configs = {{8, 8}, {8, 4}, {8, 1}};
+  for (const auto dtype : kDtypes) {
+    for (const int64_t seq : {1, 17, 129, 1000}) {
+      for (const auto& [q_heads, kv_heads] : head_configs) {
+        const int64_t batch = 2, head_dim = 64;
+        check_rope({torch::randn({batch, seq, q_heads, head_dim}, gpu()).to(dtype),
+                    torch::randn({batch, seq, kv_heads, head_dim}, gpu()).to(dtype)},
+                   dtype, "contiguous");
+      }
+    }
+    // Tiny and odd pair counts: head_dim 2 (one pair) and 6 (three pairs).
+    for (const int64_t head_dim : {2, 6}) {
+      check_rope(
+          {torch::randn({1, 5, 3, head_dim}, gpu()).to(dtype), torch::randn({1, 5, 1, head_dim}, gpu()).to(dtype)},
+          dtype, "small head_dim");
+    }
+  }
+}
+
+TEST(OpsGpu, RopeHandlesStridedViews) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(4);
+  for (const auto dtype : kDtypes) {
+    const int64_t batch = 2, seq = 33, q_heads = 8, kv_heads = 2, head_dim = 32;
+    // q and k as views into a fused QKV projection [B, S, (Hq + 2 Hkv) * D], as the model produces them.
+    auto qkv = torch::randn({batch, seq, (q_heads + 2 * kv_heads) * head_dim}, gpu()).to(dtype);
+    auto parts = qkv.split({q_heads * head_dim, kv_heads * head_dim, kv_heads * head_dim}, -1);
+    check_rope({parts[0].unflatten(-1, {q_heads, head_dim}), parts[1].unflatten(-1, {kv_heads, head_dim})}, dtype,
+               "fused-QKV views");
+    // Heads-major layout [B, H, S, D] transposed to [B, S, H, D].
+    check_rope({torch::randn({batch, q_heads, seq, head_dim}, gpu()).to(dtype).transpose(1, 2),
+                torch::randn({batch, kv_heads, seq, head_dim}, gpu()).to(dtype).transpose(1, 2)},
+               dtype, "transposed");
+    // A non-unit stride in the head dim itself: copied by the op layer.
+    check_rope({torch::randn({batch, seq, head_dim, q_heads}, gpu()).to(dtype).transpose(2, 3),
+                torch::randn({batch, seq, kv_heads, head_dim}, gpu()).to(dtype)},
+               dtype, "strided head dim");
+  }
+}
+
+TEST(OpsGpu, RopeRejectsBadInputs) {
+  SKIP_WITHOUT_GPU();
+  auto [cos, sin] = tt::reference::rope_tables(5, 8, 10000.0, 0, torch::kCUDA);
+  auto q = torch::randn({1, 5, 4, 8}, gpu());
+  auto k = torch::randn({1, 5, 2, 8}, gpu());
+  expect_error([&] { tt::ops::rope(q, k, cos.cpu(), sin); }, "cos is on cpu but q is on cuda");
+  expect_error([&] { tt::ops::rope(q, k.cpu(), cos, sin); }, "k is on cpu but q is on cuda");
+  expect_error([&] { tt::ops::rope(q.to(torch::kFloat64), k.to(torch::kFloat64), cos, sin); },
+               "the GPU kernel supports q and k of dtype Float, BFloat16 or Half, got Double");
+}
+
+// ---- SwiGLU -------------------------------------------------------------------------------------
+
+void check_swiglu(const torch::Tensor& gate_up_in, torch::ScalarType dtype, const std::string& label) {
+  const int64_t ffn = gate_up_in.size(-1) / 2;
+  auto out_sizes = gate_up_in.sizes().vec();
+  out_sizes.back() = ffn;
+  auto grad_out = torch::randn(out_sizes, gpu()).to(dtype);
+  const std::string what = "swiglu " + label + " gate_up " + shape_name(gate_up_in.sizes());
+
+  auto gate_up = leaf(gate_up_in);
+  auto out = tt::ops::swiglu(gate_up);
+  EXPECT_EQ(out.scalar_type(), dtype);
+  auto grad = grads_of({out}, {gate_up}, {grad_out})[0];
+
+  auto reference = [&](const torch::Tensor& input, const torch::Tensor& g) {
+    auto halves = input.chunk(2, -1);
+    auto result = tt::reference::swiglu(halves[0], halves[1]);
+    return std::make_pair(result, grads_of({result}, {input}, {g})[0]);
+  };
+  auto gate_up_same = leaf(gate_up_in);
+  auto [out_same, grad_same] = reference(gate_up_same, grad_out);
+  auto gate_up64 = leaf(gate_up_in.to(torch::kFloat64));
+  auto [out64, grad64] = reference(gate_up64, grad_out.to(torch::kFloat64));
+
+  expect_matches_reference(out, out_same, out64, dtype, 1e-5, what + " output");
+  expect_matches_reference(grad, grad_same, grad64, dtype, 1e-5, what + " grad gate_up");
+}
+
+TEST(OpsGpu, SwigluMatchesReferenceOverShapesAndDtypes) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(5);
+  const std::vector<std::vector<int64_t>> shapes = {{1, 2},    {1, 14},      {3, 258},       {8, 16, 4096},
+                                                    {5, 8198}, {1000, 2000}, {2, 7, 2 * 129}};
+  for (const auto dtype : kDtypes) {
+    // Scaled so gates reach the saturated ends of the sigmoid.
+    for (const auto& shape : shapes) check_swiglu((3 * torch::randn(shape, gpu())).to(dtype), dtype, "contiguous");
+  }
+}
+
+TEST(OpsGpu, SwigluHandlesNonContiguousAndMisalignedInputs) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(6);
+  for (const auto dtype : kDtypes) {
+    check_swiglu(torch::randn({2048, 64}, gpu()).to(dtype).t(), dtype, "transposed");
+    check_swiglu(torch::randn({64, 2060}, gpu()).to(dtype).narrow(1, 4, 2048), dtype, "column slice");
+    check_swiglu(misaligned_copy(torch::randn({16, 2048}, gpu()).to(dtype)), dtype, "misaligned");
+  }
+}
+
+TEST(OpsGpu, SwigluRejectsBadInputs) {
+  SKIP_WITHOUT_GPU();
+  expect_error(
+      [] {
+        tt::ops::swiglu(torch::randn({4, 8}, gpu(torch::kFloat64)));
+      },
+      "the GPU kernel supports gate_up of dtype Float, BFloat16 or Half, got Double");
+}
+
+// ---- Cross-entropy --------------------------------------------------------------------------------
+
+// Labels: uniform over the vocabulary, every third row set to ignore_index when `ignore_some`.
+torch::Tensor make_labels(int64_t rows, int64_t vocab, bool ignore_some) {
+  auto labels = torch::randint(vocab, {rows}, gpu(torch::kInt64));
+  if (ignore_some) labels.index_put_({Slice(0, torch::indexing::None, 3)}, kIgnoreIndex);
+  return labels;
+}
+
+// A non-unit incoming gradient, so the backward's scaling is checked too.
+constexpr double kGradLoss = 1.7;
+
+void check_cross_entropy(const torch::Tensor& logits_in, const torch::Tensor& labels, torch::ScalarType dtype,
+                         const std::string& label) {
+  auto grad_loss = torch::full({}, kGradLoss, gpu());
+  const std::string what = "cross_entropy " + label + " logits " + shape_name(logits_in.sizes());
+
+  auto logits = leaf(logits_in);
+  auto loss = tt::ops::cross_entropy(logits, labels, kIgnoreIndex);
+  EXPECT_EQ(loss.dim(), 0) << what;
+  EXPECT_EQ(loss.scalar_type(), torch::kFloat32) << what << ": the loss is accumulated and returned in fp32";
+  auto grad = grads_of({loss}, {logits}, {grad_loss})[0];
+
+  auto logits_same = leaf(logits_in);
+  auto loss_same = tt::reference::cross_entropy(logits_same, labels, kIgnoreIndex);
+  auto grad_same = grads_of({loss_same}, {logits_same}, {grad_loss.to(dtype)})[0];
+
+  auto logits64 = leaf(logits_in.to(torch::kFloat64));
+  auto loss64 = tt::reference::cross_entropy(logits64, labels, kIgnoreIndex);
+  auto grad64 = grads_of({loss64}, {logits64}, {grad_loss.to(torch::kFloat64)})[0];
+
+  // Each gradient element is (p - [j == label]) * grad_loss / n_valid with |p - [j == label]| <= 1.
+  const double n_valid = labels.ne(kIgnoreIndex).sum().item<double>();
+  const double grad_scale = n_valid > 0 ? kGradLoss / n_valid : 0.0;
+  expect_matches_reference(loss, loss_same, loss64, dtype, 1e-5, what + " loss");
+  expect_matches_reference(grad, grad_same, grad64, dtype, 1e-5, what + " grad logits", grad_scale);
+}
+
+TEST(OpsGpu, CrossEntropyMatchesReferenceOverVocabsAndDtypes) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(7);
+  for (const auto dtype : kDtypes) {
+    for (const int64_t vocab : {1, 17, 1000, 32000, 50257}) {
+      for (const int64_t rows : {1, 37, 256}) {
+        for (const bool ignore_some : {false, true}) {
+          auto logits = (4 * torch::randn({rows, vocab}, gpu())).to(dtype);
+          check_cross_entropy(logits, make_labels(rows, vocab, ignore_some), dtype,
+                              ignore_some ? "every third row ignored" : "no row ignored");
+        }
+      }
+    }
+  }
+}
+
+TEST(OpsGpu, CrossEntropyHandlesNonContiguousAndMisalignedInputs) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(8);
+  for (const auto dtype : kDtypes) {
+    auto labels = make_labels(48, 1000, true);
+    check_cross_entropy(torch::randn({1000, 48}, gpu()).to(dtype).t(), labels, dtype, "transposed");
+    check_cross_entropy(torch::randn({48, 1024}, gpu()).to(dtype).narrow(1, 8, 1000), labels, dtype, "column slice");
+    check_cross_entropy(misaligned_copy(torch::randn({48, 1000}, gpu()).to(dtype)), labels, dtype, "misaligned");
+    auto strided_labels = make_labels(96, 1000, true).slice(0, 0, 96, 2);  // every other element
+    ASSERT_FALSE(strided_labels.is_contiguous());
+    check_cross_entropy(torch::randn({48, 1000}, gpu()).to(dtype), strided_labels, dtype, "strided labels");
+  }
+}
+
+TEST(OpsGpu, CrossEntropyExtremeLogits) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(9);
+  for (const auto dtype : kDtypes) {
+    // Large magnitudes (overflow exp without max subtraction) and a masked (-inf) column that is not a label.
+    auto logits = (30 * torch::randn({16, 1000}, gpu())).to(dtype);
+    logits.index_put_({Slice(), 5}, -std::numeric_limits<float>::infinity());
+    auto labels = torch::randint(6, 1000, {16}, gpu(torch::kInt64));
+    check_cross_entropy(logits, labels, dtype, "large and -inf logits");
+  }
+}
+
+// Matches LibTorch: the mean over zero rows is NaN, and the gradient is zero.
+TEST(OpsGpu, CrossEntropyAllRowsIgnoredGivesNanLossAndZeroGradient) {
+  SKIP_WITHOUT_GPU();
+  for (const auto dtype : kDtypes) {
+    auto logits = leaf(torch::randn({8, 1000}, gpu()).to(dtype));
+    auto labels = torch::full({8}, kIgnoreIndex, gpu(torch::kInt64));
+    auto loss = tt::ops::cross_entropy(logits, labels, kIgnoreIndex);
+    EXPECT_TRUE(std::isnan(loss.item<double>())) << "[" << dtype_name(dtype) << "] loss " << loss.item<double>();
+    loss.backward();
+    EXPECT_TRUE(logits.grad().eq(0).all().item<bool>()) << "[" << dtype_name(dtype) << "] gradient must be zero";
+  }
+}
+
+// The GPU path cannot check labels without a host synchronisation; an out-of-range label must at least
+// poison the loss rather than read out of bounds silently.
+TEST(OpsGpu, CrossEntropyOutOfRangeLabelGivesNanLoss) {
+  SKIP_WITHOUT_GPU();
+  auto logits = torch::randn({4, 10}, gpu());
+  for (const int64_t bad : {10, -1}) {
+    auto labels = torch::tensor(std::vector<int64_t>{1, bad, 2, 3}).to(torch::kCUDA);
+    EXPECT_TRUE(std::isnan(tt::ops::cross_entropy(logits, labels, kIgnoreIndex).item<double>()))
+        << "label " << bad << " with vocab 10";
+  }
+}
+
+TEST(OpsGpu, CrossEntropyLossIsBitwiseDeterministic) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(10);
+  auto logits = torch::randn({4096, 1000}, gpu()).to(torch::kBFloat16);
+  auto labels = make_labels(4096, 1000, true);
+  auto first = tt::ops::cross_entropy(logits, labels, kIgnoreIndex);
+  auto second = tt::ops::cross_entropy(logits, labels, kIgnoreIndex);
+  EXPECT_TRUE(torch::equal(first, second)) << first.item<double>() << " vs " << second.item<double>();
+}
+
+TEST(OpsGpu, CrossEntropyRejectsBadInputs) {
+  SKIP_WITHOUT_GPU();
+  auto logits = torch::randn({4, 10}, gpu());
+  auto labels = torch::tensor({1, 2, 3, 4}, gpu(torch::kInt64));
+  expect_error([&] { tt::ops::cross_entropy(logits, labels.cpu(), kIgnoreIndex); },
+               "labels are on cpu but logits are on cuda");
+  expect_error([&] { tt::ops::cross_entropy(logits.to(torch::kFloat64), labels, kIgnoreIndex); },
+               "the GPU kernel supports logits of dtype Float, BFloat16 or Half, got Double");
+  expect_error([&] { tt::ops::cross_entropy(logits, labels.to(torch::kInt32), kIgnoreIndex); },
+               "labels must be Long (int64), got Int");
+}
+
+}  // namespace
