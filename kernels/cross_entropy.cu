@@ -119,9 +119,6 @@ __global__ void cross_entropy_backward_kernel(CrossEntropyBackwardParams params)
 // Launchers
 // =================================================================================================
 
-template <typename T>
-constexpr int kWideVec = 16 / sizeof(T);
-
 // Up to 512 threads per row: at vocab 32000 in bf16 that is 8 accesses of 16 bytes per thread, enough
 // to keep the loads in flight, while small vocabularies get fewer threads rather than idle ones.
 template <int kVec>

@@ -132,10 +132,6 @@ __global__ void rms_norm_weight_grad_kernel(const float* partial, int64_t num_pa
 // Launchers
 // =================================================================================================
 
-// 16-byte accesses when the row length and every pointer allow them; element-wise otherwise.
-template <typename T>
-constexpr int kWideVec = 16 / sizeof(T);
-
 // Up to 512 threads: enough lanes to keep a row's loads in flight, while a block still fits several
 // times on an SM. Rows shorter than that get fewer threads rather than idle ones.
 template <int kVec>

@@ -77,9 +77,6 @@ __global__ void swiglu_backward_kernel(SwigluBackwardParams params) {
 // Launchers
 // =================================================================================================
 
-template <typename T>
-constexpr int kWideVec = 16 / sizeof(T);
-
 // Rows of F = 2048 (the workshop shape) in bf16 take 256 threads of one 16-byte access each; longer
 // rows loop. A block of up to 256 threads lets several rows share an SM.
 template <int kVec>

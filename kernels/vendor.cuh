@@ -152,6 +152,10 @@ __device__ __forceinline__ void store_pack(T* ptr, const Pack<T, kVec>& pack) {
   *reinterpret_cast<Pack<T, kVec>*>(ptr) = pack;
 }
 
+// Elements of T in one 16-byte access, the widest single load or store on both vendors.
+template <typename T>
+constexpr int kWideVec = 16 / sizeof(T);
+
 // True when `ptr` may be accessed as Pack<T, kVec>.
 template <typename T, int kVec>
 inline bool is_pack_aligned(const void* ptr) {

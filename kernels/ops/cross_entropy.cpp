@@ -5,13 +5,12 @@
 // Every row ignored: the loss is NaN (0 / 0) and the gradient zero, as LibTorch's cross_entropy gives.
 #include "kernels/ops/cross_entropy.h"
 
-#include <limits>
-
-#include <ATen/DeviceAccelerator.h>
 #include <c10/core/DeviceGuard.h>
 
-#if defined(TT_BACKEND_CUDA) || defined(TT_BACKEND_HIP)
-#define TT_HAVE_GPU_KERNELS 1
+#include <limits>
+
+#include "kernels/ops/common.h"
+#ifdef TT_HAVE_GPU_KERNELS
 #include "kernels/cross_entropy.cuh"
 #endif
 
@@ -94,22 +93,6 @@ torch::Tensor backward_aten(const torch::Tensor& grad_loss, const torch::Tensor&
 // ---- GPU kernels ------------------------------------------------------------------------------------
 
 #ifdef TT_HAVE_GPU_KERNELS
-kernels::DType kernel_dtype(torch::ScalarType dtype) {
-  switch (dtype) {
-    case torch::kBFloat16: return kernels::DType::kBFloat16;
-    case torch::kFloat16: return kernels::DType::kFloat16;
-    default: return kernels::DType::kFloat32;  // check_inputs admitted nothing else
-  }
-}
-
-void* current_stream(const torch::Tensor& t) {
-  return at::accelerator::getCurrentStream(t.device().index()).native_handle();
-}
-
-void check_launch(const kernels::LaunchStatus& status, const char* kernel) {
-  TORCH_CHECK(status.ok(), "tt::ops::cross_entropy: launching ", kernel, " failed: ", status.error);
-}
-
 // logits and labels must be contiguous. The count of valid rows stays on the device: no host sync.
 ForwardResult forward_gpu(const torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index) {
   c10::DeviceGuard guard(logits.device());
@@ -129,8 +112,10 @@ ForwardResult forward_gpu(const torch::Tensor& logits, const torch::Tensor& labe
   params.rows = rows;
   params.vocab = logits.size(1);
   params.ignore_index = ignore_index;
-  check_launch(kernels::cross_entropy_forward(params, kernel_dtype(logits.scalar_type()), current_stream(logits)),
-               "cross_entropy_forward");
+  detail::check_launch("cross_entropy",
+                       kernels::cross_entropy_forward(params, detail::kernel_dtype(logits.scalar_type()),
+                                                      detail::current_stream(logits)),
+                       "cross_entropy_forward");
   return {loss, lse, num_valid};
 }
 
@@ -149,8 +134,10 @@ torch::Tensor backward_gpu(const torch::Tensor& grad_loss, const torch::Tensor& 
   params.rows = logits.size(0);
   params.vocab = logits.size(1);
   params.ignore_index = ignore_index;
-  check_launch(kernels::cross_entropy_backward(params, kernel_dtype(logits.scalar_type()), current_stream(logits)),
-               "cross_entropy_backward");
+  detail::check_launch("cross_entropy",
+                       kernels::cross_entropy_backward(params, detail::kernel_dtype(logits.scalar_type()),
+                                                       detail::current_stream(logits)),
+                       "cross_entropy_backward");
   return grad_logits;
 }
 #endif

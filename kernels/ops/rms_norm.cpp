@@ -3,14 +3,13 @@
 // backward formulas the kernels implement).
 #include "kernels/ops/rms_norm.h"
 
+#include <c10/core/DeviceGuard.h>
+
 #include <cmath>
 #include <limits>
 
-#include <ATen/DeviceAccelerator.h>
-#include <c10/core/DeviceGuard.h>
-
-#if defined(TT_BACKEND_CUDA) || defined(TT_BACKEND_HIP)
-#define TT_HAVE_GPU_KERNELS 1
+#include "kernels/ops/common.h"
+#ifdef TT_HAVE_GPU_KERNELS
 #include "kernels/rms_norm.cuh"
 #endif
 
@@ -80,22 +79,6 @@ std::pair<torch::Tensor, torch::Tensor> backward_aten(const torch::Tensor& grad_
 // ---- GPU kernels ------------------------------------------------------------------------------------
 
 #ifdef TT_HAVE_GPU_KERNELS
-kernels::DType kernel_dtype(torch::ScalarType dtype) {
-  switch (dtype) {
-    case torch::kBFloat16: return kernels::DType::kBFloat16;
-    case torch::kFloat16: return kernels::DType::kFloat16;
-    default: return kernels::DType::kFloat32;  // check_inputs admitted nothing else
-  }
-}
-
-void* current_stream(const torch::Tensor& t) {
-  return at::accelerator::getCurrentStream(t.device().index()).native_handle();
-}
-
-void check_launch(const kernels::LaunchStatus& status, const char* kernel) {
-  TORCH_CHECK(status.ok(), "tt::ops::rms_norm: launching ", kernel, " failed: ", status.error);
-}
-
 // x must be contiguous; returns y and inv_rms (x's shape without its last dim, fp32).
 std::pair<torch::Tensor, torch::Tensor> forward_gpu(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   c10::DeviceGuard guard(x.device());
@@ -111,7 +94,9 @@ std::pair<torch::Tensor, torch::Tensor> forward_gpu(const torch::Tensor& x, cons
   params.rows = x.numel() / hidden;
   params.hidden = hidden;
   params.eps = static_cast<float>(eps);
-  check_launch(kernels::rms_norm_forward(params, kernel_dtype(x.scalar_type()), current_stream(x)), "rms_norm_forward");
+  detail::check_launch(
+      "rms_norm", kernels::rms_norm_forward(params, detail::kernel_dtype(x.scalar_type()), detail::current_stream(x)),
+      "rms_norm_forward");
   return {y, inv_rms};
 }
 
@@ -140,8 +125,9 @@ std::pair<torch::Tensor, torch::Tensor> backward_gpu(const torch::Tensor& grad_y
   params.rows = rows;
   params.hidden = hidden;
   params.num_partials = num_partials;
-  check_launch(kernels::rms_norm_backward(params, kernel_dtype(x.scalar_type()), current_stream(x)),
-               "rms_norm_backward");
+  detail::check_launch(
+      "rms_norm", kernels::rms_norm_backward(params, detail::kernel_dtype(x.scalar_type()), detail::current_stream(x)),
+      "rms_norm_backward");
   return {grad_x, grad_weight.to(weight.scalar_type())};
 }
 #endif

@@ -3,14 +3,13 @@
 // formula the kernel implements).
 #include "kernels/ops/rope.h"
 
+#include <c10/core/DeviceGuard.h>
+
 #include <limits>
 #include <tuple>
 
-#include <ATen/DeviceAccelerator.h>
-#include <c10/core/DeviceGuard.h>
-
-#if defined(TT_BACKEND_CUDA) || defined(TT_BACKEND_HIP)
-#define TT_HAVE_GPU_KERNELS 1
+#include "kernels/ops/common.h"
+#ifdef TT_HAVE_GPU_KERNELS
 #include "kernels/rope.cuh"
 #endif
 
@@ -78,14 +77,6 @@ torch::Tensor rotate_aten(const torch::Tensor& x, const torch::Tensor& cos, cons
 // ---- GPU kernel ---------------------------------------------------------------------------------------
 
 #ifdef TT_HAVE_GPU_KERNELS
-kernels::DType kernel_dtype(torch::ScalarType dtype) {
-  switch (dtype) {
-    case torch::kBFloat16: return kernels::DType::kBFloat16;
-    case torch::kFloat16: return kernels::DType::kFloat16;
-    default: return kernels::DType::kFloat32;  // check_inputs admitted nothing else
-  }
-}
-
 // The kernel takes any strides for batch, seq and heads, so views into a fused QKV projection need no
 // copy; only a non-contiguous head dim is copied.
 torch::Tensor with_contiguous_head_dim(const torch::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); }
@@ -112,12 +103,11 @@ std::pair<torch::Tensor, torch::Tensor> rotate_gpu(const torch::Tensor& q_in, co
   params.batch = q.size(0);
   params.seq = q.size(1);
   params.head_dim = q.size(3);
-  void* stream = at::accelerator::getCurrentStream(q.device().index()).native_handle();
-  const auto dtype = kernel_dtype(q.scalar_type());
+  void* stream = detail::current_stream(q);
+  const auto dtype = detail::kernel_dtype(q.scalar_type());
   const auto status =
       inverse ? kernels::rope_backward(params, dtype, stream) : kernels::rope_forward(params, dtype, stream);
-  TORCH_CHECK(status.ok(), "tt::ops::rope: launching ", inverse ? "rope_backward" : "rope_forward",
-              " failed: ", status.error);
+  detail::check_launch("rope", status, inverse ? "rope_backward" : "rope_forward");
   return {q_out, k_out};
 }
 #endif

@@ -3,13 +3,12 @@
 // formulas the kernels implement).
 #include "kernels/ops/swiglu.h"
 
-#include <limits>
-
-#include <ATen/DeviceAccelerator.h>
 #include <c10/core/DeviceGuard.h>
 
-#if defined(TT_BACKEND_CUDA) || defined(TT_BACKEND_HIP)
-#define TT_HAVE_GPU_KERNELS 1
+#include <limits>
+
+#include "kernels/ops/common.h"
+#ifdef TT_HAVE_GPU_KERNELS
 #include "kernels/swiglu.cuh"
 #endif
 
@@ -69,22 +68,6 @@ torch::Tensor backward_aten(const torch::Tensor& grad_out, const torch::Tensor& 
 // ---- GPU kernels ------------------------------------------------------------------------------------
 
 #ifdef TT_HAVE_GPU_KERNELS
-kernels::DType kernel_dtype(torch::ScalarType dtype) {
-  switch (dtype) {
-    case torch::kBFloat16: return kernels::DType::kBFloat16;
-    case torch::kFloat16: return kernels::DType::kFloat16;
-    default: return kernels::DType::kFloat32;  // check_inputs admitted nothing else
-  }
-}
-
-void* current_stream(const torch::Tensor& t) {
-  return at::accelerator::getCurrentStream(t.device().index()).native_handle();
-}
-
-void check_launch(const kernels::LaunchStatus& status, const char* kernel) {
-  TORCH_CHECK(status.ok(), "tt::ops::swiglu: launching ", kernel, " failed: ", status.error);
-}
-
 // gate_up must be contiguous.
 torch::Tensor forward_gpu(const torch::Tensor& gate_up) {
   c10::DeviceGuard guard(gate_up.device());
@@ -97,8 +80,10 @@ torch::Tensor forward_gpu(const torch::Tensor& gate_up) {
   params.out = out.data_ptr();
   params.rows = gate_up.numel() / gate_up.size(-1);
   params.ffn = ffn;
-  check_launch(kernels::swiglu_forward(params, kernel_dtype(gate_up.scalar_type()), current_stream(gate_up)),
-               "swiglu_forward");
+  detail::check_launch(
+      "swiglu",
+      kernels::swiglu_forward(params, detail::kernel_dtype(gate_up.scalar_type()), detail::current_stream(gate_up)),
+      "swiglu_forward");
   return out;
 }
 
@@ -113,8 +98,10 @@ torch::Tensor backward_gpu(const torch::Tensor& grad_out, const torch::Tensor& g
   params.grad_gate_up = grad_gate_up.data_ptr();
   params.rows = gate_up.numel() / gate_up.size(-1);
   params.ffn = gate_up.size(-1) / 2;
-  check_launch(kernels::swiglu_backward(params, kernel_dtype(gate_up.scalar_type()), current_stream(gate_up)),
-               "swiglu_backward");
+  detail::check_launch(
+      "swiglu",
+      kernels::swiglu_backward(params, detail::kernel_dtype(gate_up.scalar_type()), detail::current_stream(gate_up)),
+      "swiglu_backward");
   return grad_gate_up;
 }
 #endif

@@ -1,0 +1,34 @@
+// What every op in kernels/ops/ shares: whether this build has GPU kernels, the dtype tag and stream the
+// launchers take, and turning a failed launch into an error that names the op and the kernel.
+#pragma once
+
+#include <ATen/DeviceAccelerator.h>
+#include <torch/torch.h>
+
+#include "kernels/vendor.cuh"
+
+#if defined(TT_BACKEND_CUDA) || defined(TT_BACKEND_HIP)
+#define TT_HAVE_GPU_KERNELS 1
+#endif
+
+namespace tt::ops::detail {
+
+// Callers admit only Float, BFloat16 and Half to the GPU path (their check_inputs).
+inline kernels::DType kernel_dtype(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kBFloat16: return kernels::DType::kBFloat16;
+    case torch::kFloat16: return kernels::DType::kFloat16;
+    default: return kernels::DType::kFloat32;
+  }
+}
+
+// LibTorch's current stream on the tensor's device, as the opaque handle the launchers take.
+inline void* current_stream(const torch::Tensor& t) {
+  return at::accelerator::getCurrentStream(t.device().index()).native_handle();
+}
+
+inline void check_launch(const char* op, const kernels::LaunchStatus& status, const char* kernel) {
+  TORCH_CHECK(status.ok(), "tt::ops::", op, ": launching ", kernel, " failed: ", status.error);
+}
+
+}  // namespace tt::ops::detail
