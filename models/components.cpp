@@ -122,6 +122,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, Rotary& rotary, KVC
     if (!cache->keys.defined()) {
       TORCH_CHECK(false, "KVCache must be allocated before use");
     }
+    TORCH_CHECK(start + seq <= cache->keys.size(2), "KVCache holds ", cache->keys.size(2), " positions; ", start,
+                " are filled and ", seq, " more do not fit (make_caches' max_len is too small)");
     cache->keys.narrow(2, start, seq).copy_(k);
     cache->values.narrow(2, start, seq).copy_(v);
     cache->length = start + seq;
@@ -178,8 +180,10 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, Rotary& rotary, KVCache
 
 // ---- Profiler ranges ----------------------------------------------------------------------------
 
-ScopedRange::ScopedRange(const char* name) : active_(torch::profiler::impl::cudaStubs()->enabled()) {
+ScopedRange::ScopedRange(const char* name)
+    : active_(torch::profiler::impl::cudaStubs()->enabled()), record_(at::RecordScope::USER_SCOPE) {
   if (active_) torch::profiler::impl::cudaStubs()->rangePush(name);
+  if (record_.isActive()) record_.before(std::string_view(name));
 }
 
 ScopedRange::~ScopedRange() {

@@ -2,11 +2,14 @@
 
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include <c10/util/Exception.h>
 #include <cxxopts.hpp>
 
 #include "apps/runtime/device.h"
+#include "apps/runtime/evaluate.h"
+#include "apps/runtime/profiling.h"
 #include "apps/runtime/results.h"
 #include "apps/runtime/system_info.h"
 #include "apps/runtime/trainer.h"
@@ -33,6 +36,17 @@ cxxopts::Options make_options(const std::string& program) {
       ("validate", "check the config, print the effective config as JSON, and exit")
       ("doctor", "print backend, GPU, LibTorch version and installed profilers, and exit")
       ("help", "show this help");
+  o.add_options("Profiling")
+      ("profile", "after the measured steps, record --profile-steps extra steps with LibTorch's Kineto profiler: "
+                  "writes <output stem>.trace.json (open in ui.perfetto.dev) and a GPU kernel hotspot table (printed, "
+                  "and under \"profile\" in the result JSON); the extra steps are not in the timing statistics")
+      ("profile-steps", "steps recorded by --profile [default 3]", cxxopts::value<int64_t>());
+  o.add_options("Evaluation (held-out loss per token and perplexity; windows of seq_len + 1 bytes, batch_size at once)")
+      ("eval-data", "evaluate on this text file as bytes after training, or instead of it with --eval-only "
+                    "(needs vocab_size >= 256) [default none]", cxxopts::value<std::string>())
+      ("eval-every", "also evaluate on --eval-data every N steps during training, outside the timed regions; "
+                     "0 = only after the last step [default 0]", cxxopts::value<int64_t>())
+      ("eval-only", "no training: evaluate the --load-checkpoint weights on --eval-data and write an eval result file");
   o.add_options("Training (override config fields)")
       ("batch-size", "[training.batch_size, default 8]", cxxopts::value<int64_t>())
       ("seq-len", "[training.seq_len, default 128]", cxxopts::value<int64_t>())
@@ -120,6 +134,41 @@ ParsedCommandLine parse_command_line(const std::string& program, const std::vect
   override_field(r, "load-checkpoint", o.load_checkpoint);
   o.validate_only = r.count("validate") > 0;
   o.doctor = r.count("doctor") > 0;
+  if (r.count("profile-steps") && !r.count("profile")) throw ConfigError("--profile-steps needs --profile");
+  if (r.count("profile")) {
+    o.profile_steps = kDefaultProfileSteps;
+    try {
+      override_field(r, "profile-steps", o.profile_steps);
+    } catch (const cxxopts::exceptions::exception& e) {
+      throw ConfigError(std::string("command line: ") + e.what());
+    }
+    if (o.profile_steps < 1)
+      throw ConfigError("--profile-steps " + std::to_string(o.profile_steps) + " is not allowed: must be >= 1");
+    if (r.count("eval-only")) throw ConfigError("--profile is not allowed with --eval-only: nothing is trained");
+  }
+  override_field(r, "eval-data", o.eval_data);
+  try {
+    override_field(r, "eval-every", o.eval_every);
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw ConfigError(std::string("command line: ") + e.what());
+  }
+  o.eval_only = r.count("eval-only") > 0;
+  if (o.eval_every < 0)
+    throw ConfigError("--eval-every " + std::to_string(o.eval_every) +
+                      " is not allowed: must be >= 0 (0 = only after the last step)");
+  if ((o.eval_every > 0 || o.eval_only) && o.eval_data.empty())
+    throw ConfigError(std::string(o.eval_only ? "--eval-only" : "--eval-every") + " needs --eval-data FILE");
+  if (o.eval_only && o.load_checkpoint.empty())
+    throw ConfigError("--eval-only needs --load-checkpoint FILE: the weights to evaluate");
+  if (o.eval_only && !o.save_checkpoint.empty())
+    throw ConfigError("--save-checkpoint is not allowed with --eval-only: nothing is trained");
+  if (o.eval_only && o.eval_every > 0)
+    throw ConfigError("--eval-every is not allowed with --eval-only: nothing is trained");
+  if (!o.eval_data.empty() && !std::filesystem::exists(o.eval_data))
+    throw ConfigError("--eval-data: file '" + o.eval_data + "' does not exist");
+  if (!o.eval_data.empty() && c.model.vocab_size < 256)
+    throw ConfigError("--eval-data reads bytes as tokens: model.vocab_size = " + std::to_string(c.model.vocab_size) +
+                      " is not allowed, it must be >= 256");
   if (!o.load_checkpoint.empty() && !std::filesystem::exists(o.load_checkpoint))
     throw ConfigError("--load-checkpoint: file '" + o.load_checkpoint + "' does not exist");
   if (!c.training.data.empty() && !std::filesystem::exists(c.training.data))
@@ -149,18 +198,37 @@ int stage_main(int argc, char** argv, const StageSpec& spec) {
     std::cout << to_json(config).dump(2) << std::endl;
     return 0;
   }
-  const std::string output = options.output.empty() ? default_output(spec.name, config) : options.output;
+  const std::string output = options.output.empty()
+                                 ? default_output(spec.name + (options.eval_only ? "_eval" : ""), config)
+                                 : options.output;
   if (!options.overwrite && std::filesystem::exists(output)) {
     std::cerr << spec.name << ": error: output file '" << output
               << "' exists; pass --overwrite to replace it or choose another --output" << std::endl;
     return 2;
   }
+  const std::string trace = trace_path_for(output);
+  if (options.profile_steps > 0 && !options.overwrite && std::filesystem::exists(trace)) {
+    std::cerr << spec.name << ": error: --profile would write the trace '" << trace
+              << "', which exists; pass --overwrite to replace it or choose another --output" << std::endl;
+    return 2;
+  }
 
   torch::Device device = torch::kCPU;
   try {
+    std::optional<EvalData> eval_data;
+    if (!options.eval_data.empty()) eval_data = load_eval_data(options.eval_data, config.training.seq_len);
     device = resolve_device(config.training.device);
+    if (options.eval_only) {
+      const nlohmann::json result =
+          evaluate_checkpoint(spec, config, options.load_checkpoint, *eval_data, device, std::cout);
+      write_json_atomically(output, result, options.overwrite);
+      std::cout << "result written to " << output << std::endl;
+      return 0;
+    }
     Trainer trainer(spec, config, device);
     if (!options.load_checkpoint.empty()) trainer.load_checkpoint(options.load_checkpoint);
+    if (eval_data) trainer.set_eval_data(std::move(*eval_data), options.eval_every);
+    if (options.profile_steps > 0) trainer.set_profile({options.profile_steps, trace});
     nlohmann::json result = trainer.run(std::cout);
     if (!options.save_checkpoint.empty()) {
       trainer.save_checkpoint(options.save_checkpoint);

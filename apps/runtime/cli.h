@@ -17,6 +17,10 @@ struct RunOptions {
   std::string load_checkpoint;
   bool validate_only = false;   // print the effective config and exit
   bool doctor = false;
+  std::string eval_data;        // held-out text file: evaluated after training (or instead, with eval_only)
+  int64_t eval_every = 0;       // also evaluate every N steps during training; 0: only after the last
+  bool eval_only = false;       // evaluate the load_checkpoint weights, no training
+  int64_t profile_steps = 0;    // --profile: extra steps recorded with Kineto after the measured ones; 0 = off
 };
 
 struct ParsedCommandLine {

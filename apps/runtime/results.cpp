@@ -6,6 +6,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "apps/runtime/evaluate.h"
+
 namespace tt {
 namespace {
 
@@ -79,6 +81,7 @@ void validate_result_json(const nlohmann::json& r) {
   expect(r, "step_ms", Kind::kArray);
   for (const auto& v : r["losses"])
     if (!v.is_number() && !v.is_null()) throw std::runtime_error("result JSON: \"losses\" holds a non-number: " + v.dump());
+  if (r.contains("evaluation")) validate_evaluation_json(r["evaluation"]);
 }
 
 void write_json_atomically(const std::string& path, const nlohmann::json& value, bool overwrite) {

@@ -86,6 +86,21 @@ void Trainer::save_checkpoint(const std::string& path) const {
   tt::save_checkpoint(path, model_, *optimizer_, optimizer_->step_count(), config_);
 }
 
+void Trainer::set_eval_data(EvalData data, int64_t every) {
+  if (every < 0)
+    throw std::runtime_error("eval every " + std::to_string(every) + " steps is not allowed: must be >= 0");
+  eval_data_ = std::move(data);
+  eval_every_ = every;
+}
+
+EvalResult Trainer::evaluate_held_out(std::ostream& log, int64_t step, int64_t total) {
+  const TrainConfig& t = config_.training;
+  const EvalResult r = evaluate(model_, eval_data_->tokens, t.seq_len, t.batch_size, device_, mixed_precision());
+  log << "  eval after step " << step << "/" << total << " | held-out loss " << format("%.4f", r.loss)
+      << " | perplexity " << format("%.3f", r.perplexity) << std::endl;
+  return r;
+}
+
 nlohmann::json Trainer::stage_details() const {
   nlohmann::json details = to_json(spec_);
   if (spec_.attention != AttentionKind::kSdpa) return details;
@@ -118,6 +133,7 @@ nlohmann::json Trainer::run(std::ostream& log) {
   timers.reserve(static_cast<size_t>(t.num_steps));
   std::vector<double> peak_alloc_mb, peak_reserved_mb;
   const double tokens_per_step = static_cast<double>(t.batch_size * t.seq_len);
+  std::vector<std::pair<int64_t, EvalResult>> eval_points;  // (run step, result), warm-up steps counted
 
   log << "[" << spec_.name << "] config " << config_.name << " | " << t.dtype << " | device " << device_.str()
       << " | batch " << t.batch_size << " x seq " << t.seq_len << " | " << t.warmup_steps << " warm-up + "
@@ -153,8 +169,20 @@ nlohmann::json Trainer::run(std::ostream& log) {
       log << "  step " << (i + 1) << "/" << total << " | loss " << format("%.4f", loss_value) << " | " << timing
           << std::endl;
     }
+    // After the step's last timer mark and memory reading: evaluation stays out of every measurement.
+    if (eval_data_ && eval_every_ > 0 && (i + 1) % eval_every_ == 0)
+      eval_points.emplace_back(i + 1, evaluate_held_out(log, i + 1, total));
   }
   synchronize(device_);
+  if (eval_data_ && (eval_points.empty() || eval_points.back().first != total))
+    eval_points.emplace_back(total, evaluate_held_out(log, total, total));
+  nlohmann::json profile;
+  if (profile_.steps > 0) {
+    // After every measurement (profiler overhead must not reach step_ms); all profiled steps train on one
+    // new batch, so the window holds the steps and nothing else.
+    batches.next();
+    profile = record_profile(device_, profile_, [&] { step(batches.inputs(), batches.labels()); }, log);
+  }
 
   std::vector<double> step_ms, forward_ms, backward_ms, optimizer_ms;
   for (auto& timer : timers) {
@@ -210,14 +238,25 @@ nlohmann::json Trainer::run(std::ostream& log) {
       {"data", batches.source().describe()},
       {"timing", device_.is_cuda() ? "device events on the current stream" : "steady clock (CPU)"},
   };
-  return {{"schema_version", kResultSchemaVersion},
-          {"stage", stage_details()},
-          {"config", to_json(config_)},
-          {"training", training},
-          {"system", to_json(system)},
-          {"summary", summary},
-          {"losses", loss_list},
-          {"step_ms", step_ms}};
+  nlohmann::json result = {{"schema_version", kResultSchemaVersion},
+                          {"stage", stage_details()},
+                          {"config", to_json(config_)},
+                          {"training", training},
+                          {"system", to_json(system)},
+                          {"summary", summary},
+                          {"losses", loss_list},
+                          {"step_ms", step_ms}};
+  if (eval_data_) {
+    nlohmann::json evaluation = to_json(eval_points.back().second, *eval_data_, t.seq_len, t.batch_size, t.dtype);
+    evaluation["step"] = total;
+    evaluation["every"] = eval_every_;
+    evaluation["curve"] = nlohmann::json::array();
+    for (const auto& [at, point] : eval_points) evaluation["curve"].push_back(curve_point(at, point));
+    evaluation["timing"] = "between steps, outside the measured steps' timed regions and memory peaks";
+    result["evaluation"] = std::move(evaluation);
+  }
+  if (!profile.is_null()) result["profile"] = std::move(profile);
+  return result;
 }
 
 }  // namespace tt

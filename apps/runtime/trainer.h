@@ -3,12 +3,15 @@
 
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "apps/runtime/device.h"
+#include "apps/runtime/evaluate.h"
+#include "apps/runtime/profiling.h"
 #include "models/config.h"
 #include "models/optimizer.h"
 #include "models/stage.h"
@@ -33,6 +36,14 @@ class Trainer {
   void load_checkpoint(const std::string& path);
   void save_checkpoint(const std::string& path) const;
 
+  // Held-out evaluation for run(): on data after every `every` steps (0: none during training) and after
+  // the last step, between steps and outside their timed regions. The result gains an "evaluation" object.
+  void set_eval_data(EvalData data, int64_t every);
+
+  // Built-in profiling for run(): request.steps extra steps after the measured ones, recorded with Kineto
+  // (trace to request.trace_path); the result gains a "profile" object. Not part of any measurement.
+  void set_profile(ProfileRequest request) { profile_ = std::move(request); }
+
   // The full run: warm-up steps, measured steps, progress lines on `log`; returns the result JSON.
   nlohmann::json run(std::ostream& log);
 
@@ -43,12 +54,16 @@ class Trainer {
 
  private:
   nlohmann::json stage_details() const;
+  EvalResult evaluate_held_out(std::ostream& log, int64_t step, int64_t total);
 
   StageSpec spec_;
   RunConfig config_;
   torch::Device device_;
   Transformer model_{nullptr};
   std::unique_ptr<Optimizer> optimizer_;
+  std::optional<EvalData> eval_data_;
+  int64_t eval_every_ = 0;
+  ProfileRequest profile_;
 };
 
 }  // namespace tt

@@ -1,0 +1,294 @@
+// The compare tool on hand-made result fixtures (tests/fixtures/compare/): arithmetic, comparability,
+// bad input, the regression gate and the written files.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "apps/runtime/compare.h"
+#include "apps/runtime/results.h"
+
+namespace tt::compare {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fixture(const std::string& name) { return std::string(TT_SOURCE_DIR) + "/tests/fixtures/compare/" + name; }
+
+// An empty folder for one test. Its files are removed one by one: fs::remove_all binds to the copy that
+// the LibTorch 2.11 wheel's libtorch.so exports, which crashes.
+std::string temp_dir(const std::string& name) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("tt_compare_" + name);
+  fs::create_directories(dir);
+  for (const auto& entry : fs::directory_iterator(dir)) fs::remove(entry.path());
+  return dir.string();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct Outcome {
+  int code;
+  std::string out, err;
+};
+Outcome compare(const std::vector<std::string>& args) {
+  std::ostringstream out, err;
+  const int code = run_compare(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+// A copy of a fixture with one field changed, written to a temporary file.
+std::string modified_fixture(const std::string& name, const std::function<void(nlohmann::json&)>& change,
+                             const std::string& dir) {
+  nlohmann::json j = read_json_file(fixture(name));
+  change(j);
+  const std::string path = dir + "/modified_" + name;
+  write_json_atomically(path, j, true);
+  return path;
+}
+
+const Row& row_of(const Comparison& c, const std::string& stage) {
+  for (const auto& r : c.rows)
+    if (r.stage == stage) return r;
+  throw std::runtime_error("no row for " + stage);
+}
+
+TEST(Compare, SpeedupMemoryAndLossAreRelativeToV1) {
+  // v1 is not the first file: it is still the reference.
+  const auto results = load_results({fixture("v2_fused.json"), fixture("v1_baseline.json"), fixture("v3_custom.json")});
+  const Comparison c = build_comparison(results);
+  ASSERT_EQ(c.rows.size(), 3u);
+  EXPECT_EQ(c.reference, 1u);
+  EXPECT_NE(c.reference_reason.find("v1_baseline"), std::string::npos);
+  EXPECT_TRUE(c.mismatches.empty());
+
+  const Row& v1 = row_of(c, "v1_baseline");
+  const Row& v2 = row_of(c, "v2_fused");
+  const Row& v3 = row_of(c, "v3_custom");
+  EXPECT_TRUE(v1.reference);
+  EXPECT_DOUBLE_EQ(v1.speedup, 1.0);
+  EXPECT_DOUBLE_EQ(v2.speedup, 2.0);           // 100 ms / 50 ms
+  EXPECT_DOUBLE_EQ(v3.speedup, 2.5);           // 100 ms / 40 ms
+  EXPECT_DOUBLE_EQ(*v2.peak_reduction, 0.25);  // 1 - 1500 / 2000
+  EXPECT_DOUBLE_EQ(*v3.peak_reduction, 0.5);
+  EXPECT_NEAR(v2.loss_delta, 0.01, 1e-12);
+  EXPECT_NEAR(v3.loss_delta, -0.01, 1e-12);
+  EXPECT_DOUBLE_EQ(v2.median_ms, 50.0);
+  EXPECT_DOUBLE_EQ(v2.p10_ms, 48.0);
+  EXPECT_DOUBLE_EQ(v2.p90_ms, 55.0);
+  EXPECT_DOUBLE_EQ(v2.tokens_per_s, 8 * 128 * 1000.0 / 50.0);
+  EXPECT_FALSE(v1.kernels_per_step.has_value());  // not profiled
+  EXPECT_DOUBLE_EQ(*v2.kernels_per_step, 412.0);
+  ASSERT_TRUE(v2.mfu.has_value());
+  EXPECT_NEAR(*v2.mfu, v2.tflops / 989.4, 1e-12);
+  EXPECT_DOUBLE_EQ(*c.peak_tflops, 989.4);
+  EXPECT_EQ(c.dtype, "bf16");
+  EXPECT_EQ(c.config_name, "workshop");
+
+  const std::string table = format_table(c);
+  EXPECT_NE(table.find("median ms [p10–p90]"), std::string::npos) << table;
+  EXPECT_NE(table.find("50.00 [48.00–55.00]"), std::string::npos) << table;
+  EXPECT_NE(table.find("2.50x"), std::string::npos) << table;
+  EXPECT_NE(table.find("25.0%"), std::string::npos) << table;
+  EXPECT_NE(table.find("+0.0100"), std::string::npos) << table;
+  EXPECT_NE(table.find("412"), std::string::npos) << table;
+}
+
+TEST(Compare, FirstFileIsTheReferenceWithoutV1) {
+  const Comparison c = build_comparison(load_results({fixture("v2_fused.json"), fixture("v3_custom.json")}));
+  EXPECT_EQ(c.reference, 0u);
+  EXPECT_NE(c.reference_reason.find("first file"), std::string::npos);
+  EXPECT_DOUBLE_EQ(c.rows[1].speedup, 1.25);  // 50 ms / 40 ms
+  EXPECT_NEAR(*c.rows[1].peak_reduction, 1.0 - 1000.0 / 1500.0, 1e-12);
+}
+
+TEST(Compare, DuplicateStagesGetDistinctLabels) {
+  const auto results = load_results({fixture("v2_fused.json"), fixture("v2_fused.json")});
+  EXPECT_EQ(results[0].label, "v2_fused (compare/v2_fused)");
+  EXPECT_EQ(results[0].label, results[1].label);  // same file twice: same label, still not "v2_fused" alone
+}
+
+TEST(Compare, DetectsEachFieldThatMakesResultsIncomparable) {
+  const auto base = load_results({fixture("v1_baseline.json"), fixture("v2_fused.json")});
+  struct Case {
+    std::string field;
+    std::function<void(nlohmann::json&)> change;
+    std::string first_value, other_value;
+  };
+  const std::vector<Case> cases = {
+      {"config.model.hidden_dim", [](nlohmann::json& j) { j["config"]["model"]["hidden_dim"] = 256; }, "512", "256"},
+      {"config.model.n_layers", [](nlohmann::json& j) { j["config"]["model"]["n_layers"] = 4; }, "8", "4"},
+      {"config.training.batch_size", [](nlohmann::json& j) { j["config"]["training"]["batch_size"] = 16; }, "8", "16"},
+      {"config.training.seq_len", [](nlohmann::json& j) { j["config"]["training"]["seq_len"] = 256; }, "128", "256"},
+      {"training.dtype", [](nlohmann::json& j) { j["training"]["dtype"] = "fp32"; }, "\"bf16\"", "\"fp32\""},
+      {"system.device_name", [](nlohmann::json& j) { j["system"]["device_name"] = "AMD Instinct MI300X"; },
+       "\"NVIDIA H100 80GB HBM3\"", "\"AMD Instinct MI300X\""},
+      {"schema_version", [](nlohmann::json& j) { j["schema_version"] = 2; }, "1", "2"},
+  };
+  for (const auto& c : cases) {
+    auto results = base;
+    c.change(results[1].json);
+    const auto diffs = find_mismatches(results);
+    ASSERT_EQ(diffs.size(), 1u) << c.field;
+    EXPECT_EQ(diffs[0].field, c.field);
+    EXPECT_EQ(diffs[0].first_value, c.first_value) << c.field;
+    EXPECT_EQ(diffs[0].other_value, c.other_value) << c.field;
+    const std::string text = diffs[0].describe();
+    EXPECT_NE(text.find(c.field), std::string::npos) << text;
+    EXPECT_NE(text.find("v2_fused.json"), std::string::npos) << text;
+  }
+  // A field only one of them has counts as a difference too.
+  auto results = base;
+  results[1].json["config"]["model"]["new_field"] = 1;
+  ASSERT_EQ(find_mismatches(results).size(), 1u);
+  EXPECT_EQ(find_mismatches(results)[0].first_value, "(missing)");
+
+  // Progress printing and the requested device do not change the work: no mismatch.
+  results = base;
+  results[1].json["config"]["training"]["log_every"] = 1;
+  results[1].json["config"]["training"]["device"] = "cuda";
+  EXPECT_TRUE(find_mismatches(results).empty());
+  // A different commit is a note, not a refusal.
+  results[1].json["system"]["git_commit"] = "abc123";
+  EXPECT_TRUE(find_mismatches(results).empty());
+  ASSERT_EQ(find_notes(results).size(), 1u);
+  EXPECT_EQ(find_notes(results)[0].field, "system.git_commit");
+}
+
+TEST(Compare, RefusesIncomparableResultsUnlessAllowed) {
+  const std::string dir = temp_dir("mismatch");
+  const std::string fp32 = modified_fixture(
+      "v2_fused.json",
+      [](nlohmann::json& j) {
+        j["training"]["dtype"] = "fp32";
+        j["config"]["training"]["dtype"] = "fp32";
+      },
+      dir);
+  Outcome run = compare({fixture("v1_baseline.json"), fp32, "--output-dir", dir});
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.err.find("not comparable"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("training.dtype: '"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("has \"bf16\""), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("has \"fp32\""), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("--allow-mismatch"), std::string::npos) << run.err;
+  EXPECT_FALSE(fs::exists(dir + "/comparison.md"));
+
+  run = compare({fixture("v1_baseline.json"), fp32, "--output-dir", dir, "--allow-mismatch"});
+  EXPECT_EQ(run.code, 0) << run.err;
+  EXPECT_NE(run.err.find("warning"), std::string::npos) << run.err;
+  EXPECT_NE(run.out.find("not comparable"), std::string::npos) << run.out;
+  EXPECT_NE(read_file(dir + "/comparison.md").find("not comparable"), std::string::npos);
+  EXPECT_NE(read_file(dir + "/comparison.svg").find("not comparable"), std::string::npos);
+}
+
+TEST(Compare, BadFilesFailWithTheFileAndTheProblem) {
+  Outcome run = compare({fixture("v1_baseline.json"), fixture("malformed.json")});
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.err.find("malformed.json' is not valid JSON"), std::string::npos) << run.err;
+
+  run = compare({fixture("v1_baseline.json"), fixture("missing_field.json")});
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.err.find("missing_field.json' is not a valid result file"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("summary.tokens_per_s"), std::string::npos) << run.err;
+
+  run = compare({fixture("v1_baseline.json"), fixture("does_not_exist.json")});
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.err.find("does_not_exist.json' does not exist"), std::string::npos) << run.err;
+
+  const std::string dir = temp_dir("trace");
+  std::ofstream(dir + "/v1.trace.json") << R"({"traceEvents": []})";
+  run = compare({dir + "/v1.trace.json"});
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.err.find("--profile trace"), std::string::npos) << run.err;
+
+  run = compare({});
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.err.find("no result files given"), std::string::npos) << run.err;
+
+  run = compare({fixture("v1_baseline.json"), "--no-such-flag"});
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.err.find("no-such-flag"), std::string::npos) << run.err;
+}
+
+TEST(Compare, FailIfSlowerGatesOnTheBaselineMedian) {
+  const std::string dir = temp_dir("slower");
+  // Baseline v2 (50 ms); v3 (40 ms) is faster, v1 (100 ms) is 100 % slower.
+  Outcome run = compare({"--baseline", fixture("v2_fused.json"), "--fail-if-slower", "5", "--output-dir", dir,
+                         fixture("v3_custom.json"), fixture("v1_baseline.json")});
+  EXPECT_EQ(run.code, 1) << run.out << run.err;
+  EXPECT_NE(run.out.find("FAIL v1_baseline: 100.000 ms vs 50.000 ms (+100.0%)"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("ok   v3_custom: 40.000 ms vs 50.000 ms (-20.0%)"), std::string::npos) << run.out;
+  // The baseline is the reference of the table, even with a v1 result present.
+  EXPECT_NE(run.out.find("reference: v2_fused"), std::string::npos) << run.out;
+
+  run = compare({"--baseline", fixture("v2_fused.json"), "--fail-if-slower", "5", "--output-dir", dir,
+                 fixture("v3_custom.json"), fixture("v2_fused.json")});
+  EXPECT_EQ(run.code, 0) << run.out << run.err;  // equal time is 0 % slower
+
+  const std::string slower = modified_fixture(
+      "v2_fused.json",
+      [](nlohmann::json& j) {
+        j["summary"]["step_ms"]["median"] = 52.6;  // 5.2 % slower
+      },
+      dir);
+  run = compare({"--baseline", fixture("v2_fused.json"), "--fail-if-slower", "5", "--output-dir", dir, slower});
+  EXPECT_EQ(run.code, 1);
+  run = compare({"--baseline", fixture("v2_fused.json"), "--fail-if-slower", "6", "--output-dir", dir, slower});
+  EXPECT_EQ(run.code, 0);
+
+  run = compare({"--fail-if-slower", "5", fixture("v2_fused.json")});
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.err.find("--fail-if-slower needs --baseline"), std::string::npos) << run.err;
+  run = compare({"--baseline", fixture("v2_fused.json"), "--fail-if-slower", "-1", fixture("v3_custom.json")});
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.err.find("must be a percentage >= 0"), std::string::npos) << run.err;
+
+  const auto checks =
+      check_slower(load_result(fixture("v2_fused.json")), load_results({fixture("v1_baseline.json")}), 99.0);
+  ASSERT_EQ(checks.size(), 1u);
+  EXPECT_DOUBLE_EQ(checks[0].slower_pct, 100.0);
+  EXPECT_TRUE(checks[0].too_slow);
+}
+
+TEST(Compare, WritesMarkdownCsvAndSvg) {
+  const std::string dir = temp_dir("files");
+  const Outcome run =
+      compare({fixture("v1_baseline.json"), fixture("v2_fused.json"), fixture("v3_custom.json"), "--output-dir", dir});
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_NE(run.out.find(dir + "/comparison.svg"), std::string::npos) << run.out;
+
+  const std::string md = read_file(dir + "/comparison.md");
+  EXPECT_NE(md.find("| **v1_baseline** |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| v3_custom | 40.00 [39.00–42.00] |"), std::string::npos) << md;
+  EXPECT_NE(md.find("|---|---:|"), std::string::npos) << md;
+
+  std::istringstream csv(read_file(dir + "/comparison.csv"));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(csv, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0].substr(0, 31), "label,stage,file,median_ms,p10_");
+  EXPECT_NE(lines[2].find(",2,"), std::string::npos) << lines[2];   // v2 speedup
+  EXPECT_NE(lines[1].find(",yes"), std::string::npos) << lines[1];  // v1 is the reference
+
+  const std::string svg = read_file(dir + "/comparison.svg");
+  EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  for (const char* stage : {"v1_baseline", "v2_fused", "v3_custom"}) EXPECT_NE(svg.find(stage), std::string::npos);
+  EXPECT_NE(svg.find("peak 989.4"), std::string::npos);  // the roofline ceiling
+  auto count = [&](const std::string& s) {
+    size_t n = 0;
+    for (size_t pos = svg.find(s); pos != std::string::npos; pos = svg.find(s, pos + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("<text"), count("</text>"));
+  EXPECT_EQ(count("<rect x="), count("</rect>"));
+}
+
+}  // namespace
+}  // namespace tt::compare
