@@ -12,7 +12,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 torch_version=2.11.0
 say() { echo "[setup] $*" >&2; }
 
-prefixes() { echo /usr /usr/local ${CMAKE_PREFIX_PATH//:/ }; }
+prefixes() { echo /usr /usr/local ${CMAKE_PREFIX_PATH:+${CMAKE_PREFIX_PATH//:/ }}; }
 have_file() { local d; for d in $(prefixes); do [ -e "$d/$1" ] && return 0; done; return 1; }
 
 missing=()
