@@ -5,11 +5,11 @@
 // forward reads each row of logits once and writes 8 bytes per row (its logsumexp and loss), and the
 // backward reads the row again and writes the gradient directly, recomputing each probability from the
 // saved logsumexp.
-#include "cross_entropy.cuh"
-
 #include <cfloat>
 #include <cmath>
 #include <initializer_list>
+
+#include "cross_entropy.cuh"
 
 namespace tt::kernels {
 
@@ -167,11 +167,7 @@ void backward_for_type(const CrossEntropyBackwardParams& params, gpuStream_t str
 LaunchStatus cross_entropy_forward(const CrossEntropyForwardParams& params, DType dtype, void* stream) {
   const gpuStream_t s = to_stream(stream);
   if (params.rows > 0) {
-    switch (dtype) {
-      case DType::kFloat32: forward_for_type<float>(params, s); break;
-      case DType::kBFloat16: forward_for_type<bf16>(params, s); break;
-      case DType::kFloat16: forward_for_type<fp16>(params, s); break;
-    }
+    dispatch_dtype(dtype, [&](auto element) { forward_for_type<decltype(element)>(params, s); });
   }
   // Runs even for zero rows, so the loss is defined (NaN, like an empty mean) rather than left unwritten.
   cross_entropy_mean_kernel<<<1, kMeanThreads, 0, s>>>(params);
@@ -181,11 +177,7 @@ LaunchStatus cross_entropy_forward(const CrossEntropyForwardParams& params, DTyp
 LaunchStatus cross_entropy_backward(const CrossEntropyBackwardParams& params, DType dtype, void* stream) {
   if (params.rows == 0) return {};
   const gpuStream_t s = to_stream(stream);
-  switch (dtype) {
-    case DType::kFloat32: backward_for_type<float>(params, s); break;
-    case DType::kBFloat16: backward_for_type<bf16>(params, s); break;
-    case DType::kFloat16: backward_for_type<fp16>(params, s); break;
-  }
+  dispatch_dtype(dtype, [&](auto element) { backward_for_type<decltype(element)>(params, s); });
   return last_launch_status();
 }
 

@@ -189,11 +189,7 @@ void backward_for_type(const RmsNormBackwardParams& params, gpuStream_t stream) 
 LaunchStatus rms_norm_forward(const RmsNormForwardParams& params, DType dtype, void* stream) {
   if (params.rows == 0) return {};
   const gpuStream_t s = to_stream(stream);
-  switch (dtype) {
-    case DType::kFloat32: forward_for_type<float>(params, s); break;
-    case DType::kBFloat16: forward_for_type<bf16>(params, s); break;
-    case DType::kFloat16: forward_for_type<fp16>(params, s); break;
-  }
+  dispatch_dtype(dtype, [&](auto element) { forward_for_type<decltype(element)>(params, s); });
   return last_launch_status();
 }
 
@@ -205,11 +201,7 @@ LaunchStatus rms_norm_backward(const RmsNormBackwardParams& params, DType dtype,
   // Empty input: nothing to launch (the op layer returns a zero weight gradient for it).
   if (params.rows == 0) return {};
   const gpuStream_t s = to_stream(stream);
-  switch (dtype) {
-    case DType::kFloat32: backward_for_type<float>(params, s); break;
-    case DType::kBFloat16: backward_for_type<bf16>(params, s); break;
-    case DType::kFloat16: backward_for_type<fp16>(params, s); break;
-  }
+  dispatch_dtype(dtype, [&](auto element) { backward_for_type<decltype(element)>(params, s); });
   const dim3 block(kWeightGradColumns, kWeightGradLanes);
   const dim3 grid(static_cast<unsigned>((params.hidden + kWeightGradColumns - 1) / kWeightGradColumns));
   rms_norm_weight_grad_kernel<<<grid, block, 0, s>>>(params.weight_grad_partial, params.num_partials, params.hidden,

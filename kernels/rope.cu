@@ -61,11 +61,8 @@ LaunchStatus launch(const RopeParams& params, DType dtype, void* stream) {
   const int threads = block_threads_for(items, 256);
   const unsigned grid = static_cast<unsigned>(tokens);
   const gpuStream_t s = to_stream(stream);
-  switch (dtype) {
-    case DType::kFloat32: rope_kernel<float, kInverse><<<grid, threads, 0, s>>>(params); break;
-    case DType::kBFloat16: rope_kernel<bf16, kInverse><<<grid, threads, 0, s>>>(params); break;
-    case DType::kFloat16: rope_kernel<fp16, kInverse><<<grid, threads, 0, s>>>(params); break;
-  }
+  dispatch_dtype(dtype,
+                 [&](auto element) { rope_kernel<decltype(element), kInverse><<<grid, threads, 0, s>>>(params); });
   return last_launch_status();
 }
 

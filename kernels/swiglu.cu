@@ -5,9 +5,9 @@
 // the multiply reads it back; the backward needs several more), and reading gate and up straight from
 // the GEMM's [rows, 2F] output saves the copies that splitting it into two contiguous tensors costs.
 // Math is fp32 whatever the storage type, rounding once on store.
-#include "swiglu.cuh"
-
 #include <initializer_list>
+
+#include "swiglu.cuh"
 
 namespace tt::kernels {
 
@@ -122,22 +122,14 @@ void backward_for_type(const SwigluBackwardParams& params, gpuStream_t stream) {
 LaunchStatus swiglu_forward(const SwigluForwardParams& params, DType dtype, void* stream) {
   if (params.rows == 0) return {};
   const gpuStream_t s = to_stream(stream);
-  switch (dtype) {
-    case DType::kFloat32: forward_for_type<float>(params, s); break;
-    case DType::kBFloat16: forward_for_type<bf16>(params, s); break;
-    case DType::kFloat16: forward_for_type<fp16>(params, s); break;
-  }
+  dispatch_dtype(dtype, [&](auto element) { forward_for_type<decltype(element)>(params, s); });
   return last_launch_status();
 }
 
 LaunchStatus swiglu_backward(const SwigluBackwardParams& params, DType dtype, void* stream) {
   if (params.rows == 0) return {};
   const gpuStream_t s = to_stream(stream);
-  switch (dtype) {
-    case DType::kFloat32: backward_for_type<float>(params, s); break;
-    case DType::kBFloat16: backward_for_type<bf16>(params, s); break;
-    case DType::kFloat16: backward_for_type<fp16>(params, s); break;
-  }
+  dispatch_dtype(dtype, [&](auto element) { backward_for_type<decltype(element)>(params, s); });
   return last_launch_status();
 }
 

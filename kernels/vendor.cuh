@@ -132,6 +132,17 @@ __device__ __forceinline__ T from_float(float value) {
   }
 }
 
+// Calls f(T{}) with the element type T that the launcher's dtype tag names: the one place where the runtime
+// tag becomes a template parameter (flash-attention's static_switch.h does the same for its flags).
+template <typename F>
+void dispatch_dtype(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32: f(float{}); break;
+    case DType::kBFloat16: f(bf16{}); break;
+    case DType::kFloat16: f(fp16{}); break;
+  }
+}
+
 // =================================================================================================
 // Vectorised access: kVec consecutive elements moved by one 16-byte (or narrower) instruction.
 // Launchers pick kVec > 1 only when the row length and every pointer allow the alignment.

@@ -27,6 +27,19 @@ inline void* current_stream(const torch::Tensor& t) {
   return at::accelerator::getCurrentStream(t.device().index()).native_handle();
 }
 
+// What every GPU path checks first: that this build has kernels at all, and that `what` (the tensor's name
+// in the message) has an activation dtype the kernels are instantiated for.
+inline void check_gpu_input(const char* op, const char* what, const torch::Tensor& t) {
+#ifdef TT_HAVE_GPU_KERNELS
+  const auto dtype = t.scalar_type();
+  TORCH_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kFloat16, "tt::ops::", op,
+              ": the GPU kernel supports ", what, " of dtype Float, BFloat16 or Half, got ", dtype);
+#else
+  TORCH_CHECK(false, "tt::ops::", op, ": ", what, " is on ", t.device(),
+              " but this build has no GPU kernels (CMake found neither CUDA nor HIP)");
+#endif
+}
+
 inline void check_launch(const char* op, const kernels::LaunchStatus& status, const char* kernel) {
   TORCH_CHECK(status.ok(), "tt::ops::", op, ": launching ", kernel, " failed: ", status.error);
 }

@@ -35,17 +35,12 @@ void check_inputs(const torch::Tensor& logits, const torch::Tensor& labels) {
   TORCH_CHECK(labels.device() == logits.device(), "tt::ops::cross_entropy: labels are on ", labels.device(),
               " but logits are on ", logits.device(), "; both must be on the same device");
   if (logits.is_cpu()) return;
+  detail::check_gpu_input("cross_entropy", "logits", logits);
 #ifdef TT_HAVE_GPU_KERNELS
-  const auto dtype = logits.scalar_type();
-  TORCH_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kFloat16,
-              "tt::ops::cross_entropy: the GPU kernel supports logits of dtype Float, BFloat16 or Half, got ", dtype);
   TORCH_CHECK(
       logits.size(0) <= std::numeric_limits<int32_t>::max() && logits.size(1) <= std::numeric_limits<int32_t>::max(),
       "tt::ops::cross_entropy: the GPU kernel handles at most 2^31 - 1 rows of at most 2^31 - 1 logits, got ",
       logits.sizes());
-#else
-  TORCH_CHECK(false, "tt::ops::cross_entropy: logits are on ", logits.device(),
-              " but this build has no GPU kernels (CMake found neither CUDA nor HIP)");
 #endif
 }
 

@@ -38,17 +38,12 @@ void check_inputs(const torch::Tensor& x, const torch::Tensor& weight, double ep
               x.device(), "; both must be on the same device");
   TORCH_CHECK(std::isfinite(eps) && eps >= 0.0, "tt::ops::rms_norm: eps must be finite and >= 0, got ", eps);
   if (x.is_cpu()) return;
+  detail::check_gpu_input("rms_norm", "x", x);
 #ifdef TT_HAVE_GPU_KERNELS
-  const auto dtype = x.scalar_type();
-  TORCH_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kFloat16,
-              "tt::ops::rms_norm: the GPU kernel supports x of dtype Float, BFloat16 or Half, got ", dtype);
   TORCH_CHECK(x.numel() / x.size(-1) <= std::numeric_limits<int32_t>::max() &&
                   x.size(-1) <= std::numeric_limits<int32_t>::max(),
               "tt::ops::rms_norm: the GPU kernel handles at most 2^31 - 1 rows of at most 2^31 - 1 elements, got x ",
               x.sizes());
-#else
-  TORCH_CHECK(false, "tt::ops::rms_norm: x is on ", x.device(),
-              " but this build has no GPU kernels (CMake found neither CUDA nor HIP)");
 #endif
 }
 

@@ -47,16 +47,11 @@ void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::T
                 "; all inputs must be on the same device");
   }
   if (q.is_cpu()) return;
+  detail::check_gpu_input("rope", "q and k", q);
 #ifdef TT_HAVE_GPU_KERNELS
-  const auto dtype = q.scalar_type();
-  TORCH_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kFloat16,
-              "tt::ops::rope: the GPU kernel supports q and k of dtype Float, BFloat16 or Half, got ", dtype);
   TORCH_CHECK(q.size(0) * seq <= std::numeric_limits<int32_t>::max() &&
                   (q.size(2) + k.size(2)) * head_dim <= std::numeric_limits<int32_t>::max(),
               "tt::ops::rope: the GPU kernel handles at most 2^31 - 1 tokens, got q ", q.sizes());
-#else
-  TORCH_CHECK(false, "tt::ops::rope: q is on ", q.device(),
-              " but this build has no GPU kernels (CMake found neither CUDA nor HIP)");
 #endif
 }
 

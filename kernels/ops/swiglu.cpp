@@ -27,17 +27,12 @@ void check_inputs(const torch::Tensor& gate_up) {
               "tt::ops::swiglu: gate_up must have shape [..., 2 * ffn] with ffn > 0 (gate then up), got ",
               gate_up.sizes());
   if (gate_up.is_cpu()) return;
+  detail::check_gpu_input("swiglu", "gate_up", gate_up);
 #ifdef TT_HAVE_GPU_KERNELS
-  const auto dtype = gate_up.scalar_type();
-  TORCH_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kFloat16,
-              "tt::ops::swiglu: the GPU kernel supports gate_up of dtype Float, BFloat16 or Half, got ", dtype);
   TORCH_CHECK(gate_up.numel() / gate_up.size(-1) <= std::numeric_limits<int32_t>::max() &&
                   gate_up.size(-1) <= std::numeric_limits<int32_t>::max(),
               "tt::ops::swiglu: the GPU kernel handles at most 2^31 - 1 rows of at most 2^31 - 1 elements, got ",
               gate_up.sizes());
-#else
-  TORCH_CHECK(false, "tt::ops::swiglu: gate_up is on ", gate_up.device(),
-              " but this build has no GPU kernels (CMake found neither CUDA nor HIP)");
 #endif
 }
 
