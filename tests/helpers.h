@@ -4,6 +4,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
+#include <string>
+
+#include "models/stage.h"
+#include "models/transformer.h"
 #include "models/config.h"
 
 namespace tt::testing {
@@ -27,6 +32,29 @@ inline double rel_error(const torch::Tensor& a, const torch::Tensor& b) {
 inline torch::Tensor random_tokens(int64_t batch, int64_t seq, int64_t vocab, uint64_t seed) {
   auto gen = at::detail::createCPUGenerator(seed);
   return torch::randint(1, vocab, {batch, seq}, gen, torch::kLong);
+}
+
+// Runs `fn`, expects a c10::Error whose message contains `fragment`.
+inline void expect_error(const std::function<void()>& fn, const std::string& fragment) {
+  try {
+    fn();
+  } catch (const c10::Error& error) {
+    const std::string message = error.what_without_backtrace();
+    EXPECT_NE(message.find(fragment), std::string::npos)
+        << "error message lacks \"" << fragment << "\"; it was: " << message;
+    return;
+  }
+  ADD_FAILURE() << "expected an error containing \"" << fragment << "\", but nothing was thrown";
+}
+
+// The smoke model with weights wider than the default init (std 0.3), so per-token losses and the logits
+// of different tokens are well apart: a wrongly weighted mean or a greedy choice cannot hide in rounding.
+inline Transformer spread_out_model(const StageSpec& spec, uint64_t seed) {
+  ModelConfig m = smoke_config().model;
+  m.init_std = 0.3;
+  Transformer model(m, spec);
+  model->init_weights(seed);
+  return model;
 }
 
 #define TT_REQUIRE_GPU()                                                                   \

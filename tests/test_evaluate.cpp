@@ -15,16 +15,6 @@ namespace {
 
 using testing::smoke_config;
 
-// Weights wider than the default init, so per-token losses differ visibly and a wrongly weighted or
-// wrongly windowed mean cannot hide inside the tolerance.
-Transformer spread_out_model(const StageSpec& spec) {
-  ModelConfig m = smoke_config().model;
-  m.init_std = 0.3;
-  Transformer model(m, spec);
-  model->init_weights(7);
-  return model;
-}
-
 torch::Tensor random_bytes(int64_t n, uint64_t seed) {
   auto gen = at::detail::createCPUGenerator(seed);
   return torch::randint(0, 256, {n}, gen, torch::kLong);
@@ -57,7 +47,7 @@ TEST(Evaluate, EqualsTheHandComputedMeanOverFullWindows) {
   // Five full windows of 9 bytes and 7 trailing bytes, which must be dropped.
   auto tokens = random_bytes(5 * (seq_len + 1) + 7, 11);
   for (const auto& spec : stages::all()) {
-    Transformer model = spread_out_model(spec);
+    Transformer model = testing::spread_out_model(spec, 7);
     const double expected = hand_computed_loss(model, tokens, seq_len);
     // Batches of 2 leave a last batch of one window: the mean must still weight every token once.
     const EvalResult r = evaluate(model, tokens, seq_len, 2, torch::kCPU, false);
@@ -76,7 +66,7 @@ TEST(Evaluate, EqualsTheHandComputedMeanOverFullWindows) {
 }
 
 TEST(Evaluate, Bf16AutocastStaysCloseToFp32) {
-  Transformer model = spread_out_model(stages::v2_fused());
+  Transformer model = testing::spread_out_model(stages::v2_fused(), 7);
   auto tokens = random_bytes(4 * 17, 12);
   const double fp32 = evaluate(model, tokens, 16, 4, torch::kCPU, false).loss;
   const double bf16 = evaluate(model, tokens, 16, 4, torch::kCPU, true).loss;

@@ -15,22 +15,12 @@ namespace {
 using testing::rel_error;
 using testing::smoke_config;
 
-// Wider than the default init, so the logits of different tokens are well apart and greedy choices do
-// not hinge on rounding.
-Transformer spread_out_model(const StageSpec& spec) {
-  ModelConfig m = smoke_config().model;
-  m.init_std = 0.3;
-  Transformer model(m, spec);
-  model->init_weights(5);
-  return model;
-}
-
 // Chunks after the first attend with q_offset > 0 and several queries: the explicit bottom-right causal
 // mask of the SDPA path and the offset mask of the matmul path, which one-token decoding alone never checks.
 TEST(KVCache, ChunkedForwardEqualsOneForwardInEveryStage) {
   auto tokens = testing::random_tokens(2, 20, 256, 4);
   for (const auto& spec : stages::all()) {
-    Transformer model = spread_out_model(spec);
+    Transformer model = testing::spread_out_model(spec, 5);
     torch::NoGradGuard no_grad;
     const auto full = model->forward(tokens);
     auto caches = model->make_caches(2, 20, torch::kFloat32, torch::kCPU);
@@ -53,7 +43,7 @@ TEST(Generation, KvCacheEqualsFullRecomputationInEveryStage) {
   std::string long_prompt;
   for (int i = 0; i < 37; ++i) long_prompt.push_back(static_cast<char>('a' + (i * 7) % 26));
   for (const auto& spec : stages::all()) {
-    Transformer model = spread_out_model(spec);
+    Transformer model = testing::spread_out_model(spec, 5);
     for (const std::string& text : {std::string("a"), std::string("the quick "), long_prompt}) {
       GenerationOptions o;
       o.max_new_tokens = 12;
@@ -78,7 +68,7 @@ TEST(Generation, KvCacheEqualsFullRecomputationInEveryStage) {
 }
 
 TEST(Generation, StopsAtMaxSeqLen) {
-  Transformer model = spread_out_model(stages::v2_fused());
+  Transformer model = testing::spread_out_model(stages::v2_fused(), 5);
   const int64_t max_len = model->config().max_seq_len;
   const std::vector<int64_t> prompt(static_cast<size_t>(max_len - 3), 'x');
   GenerationOptions o;
@@ -107,7 +97,7 @@ TEST(Generation, SamplingIsSeededAndTokenLimitHolds) {
 }
 
 TEST(Generation, RejectsBadPromptsAndOptions) {
-  Transformer model = spread_out_model(stages::v1_baseline());
+  Transformer model = testing::spread_out_model(stages::v1_baseline(), 5);
   GenerationOptions o;
   EXPECT_THROW(generate(model, {}, o, torch::kCPU), std::invalid_argument);
   EXPECT_THROW(generate(model, std::vector<int64_t>(256, 'a'), o, torch::kCPU), std::invalid_argument);

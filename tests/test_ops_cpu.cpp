@@ -15,10 +15,12 @@
 #include "kernels/ops/rope.h"
 #include "kernels/ops/swiglu.h"
 #include "models/reference.h"
+#include "tests/helpers.h"
 
 namespace {
 
 using tt::reference::kIgnoreIndex;
+using tt::testing::expect_error;
 
 // ---- helpers ------------------------------------------------------------------------------------
 
@@ -33,19 +35,6 @@ void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, do
   const double allowed = atol + rtol * scale;
   EXPECT_LE(error, allowed) << what << ": max |actual - expected| = " << error << ", allowed " << allowed << " (rtol "
                             << rtol << " x max |expected| " << scale << " + atol " << atol << ")";
-}
-
-// Runs `fn`, expects a c10::Error whose message contains `fragment`.
-void expect_error(const std::function<void()>& fn, const std::string& fragment) {
-  try {
-    fn();
-  } catch (const c10::Error& error) {
-    const std::string message = error.what_without_backtrace();
-    EXPECT_NE(message.find(fragment), std::string::npos)
-        << "error message lacks \"" << fragment << "\"; it was: " << message;
-    return;
-  }
-  ADD_FAILURE() << "expected an error containing \"" << fragment << "\", but nothing was thrown";
 }
 
 std::vector<torch::Tensor> grads_of(const std::vector<torch::Tensor>& outputs, const std::vector<torch::Tensor>& inputs,

@@ -22,11 +22,13 @@
 #include "kernels/ops/rope.h"
 #include "kernels/ops/swiglu.h"
 #include "models/reference.h"
+#include "tests/helpers.h"
 
 namespace {
 
 using torch::indexing::Slice;
 using tt::reference::kIgnoreIndex;
+using tt::testing::expect_error;
 
 #if defined(TT_BACKEND_CUDA) || defined(TT_BACKEND_HIP)
 constexpr bool kBuiltWithKernels = true;
@@ -114,18 +116,6 @@ torch::Tensor misaligned_copy(const torch::Tensor& t) {
   auto view = storage.narrow(0, 1, t.numel()).view(t.sizes());
   view.copy_(t);
   return view;
-}
-
-void expect_error(const std::function<void()>& fn, const std::string& fragment) {
-  try {
-    fn();
-  } catch (const c10::Error& error) {
-    const std::string message = error.what_without_backtrace();
-    EXPECT_NE(message.find(fragment), std::string::npos)
-        << "error message lacks \"" << fragment << "\"; it was: " << message;
-    return;
-  }
-  ADD_FAILURE() << "expected an error containing \"" << fragment << "\", but nothing was thrown";
 }
 
 // ---- RMSNorm ------------------------------------------------------------------------------------
