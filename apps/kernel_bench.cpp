@@ -421,7 +421,9 @@ std::vector<std::string> split_list(const std::string& text) {
   std::stringstream stream(text);
   std::string item;
   while (std::getline(stream, item, ',')) {
-    if (!item.empty()) items.push_back(item);
+    const auto first = item.find_first_not_of(' ');
+    if (first == std::string::npos) continue;
+    items.push_back(item.substr(first, item.find_last_not_of(' ') - first + 1));
   }
   return items;
 }
