@@ -1,5 +1,6 @@
 #include "apps/runtime/cli.h"
 
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -236,10 +237,13 @@ int stage_main(int argc, char** argv, const StageSpec& spec) {
     }
     write_json_atomically(output, result, options.overwrite);
     const auto& s = result["summary"];
-    std::printf("[%s] median step %.2f ms [p10 %.2f, p90 %.2f] | %.1f samples/s | %.0f tokens/s | %.2f TFLOP/s | peak %.0f MB | loss %.4f -> %.4f\n",
+    // The caching allocator's peak exists on the GPU only.
+    const std::string peak =
+        device.is_cuda() ? " | peak " + std::to_string(std::lround(s["peak_allocated_mb"].get<double>())) + " MB" : "";
+    std::printf("[%s] median step %.2f ms [p10 %.2f, p90 %.2f] | %.1f samples/s | %.0f tokens/s | %.2f TFLOP/s%s | loss %.4f -> %.4f\n",
                 spec.name.c_str(), s["step_ms"]["median"].get<double>(), s["step_ms"]["p10"].get<double>(),
                 s["step_ms"]["p90"].get<double>(), s["samples_per_s"].get<double>(), s["tokens_per_s"].get<double>(),
-                s["achieved_tflops"].get<double>(), s["peak_allocated_mb"].get<double>(),
+                s["achieved_tflops"].get<double>(), peak.c_str(),
                 s["first_loss"].is_number() ? s["first_loss"].get<double>() : NAN,
                 s["final_loss"].is_number() ? s["final_loss"].get<double>() : NAN);
     std::cout << "result written to " << output << std::endl;

@@ -163,8 +163,8 @@ nlohmann::json Trainer::run(std::ostream& log) {
       if (measured) {
         const double ms = timer->elapsed_ms(kStart, kOptimizer);
         timing = format("%.2f ms", ms) + " | " + format("%.1f samples/s", 1000.0 * t.batch_size / ms) + " | " +
-                 format("%.0f tokens/s", 1000.0 * tokens_per_step / ms) + " | peak " +
-                 format("%.0f MB", peak_alloc_mb.back());
+                 format("%.0f tokens/s", 1000.0 * tokens_per_step / ms) +
+                 (device_.is_cuda() ? " | peak " + format("%.0f MB", peak_alloc_mb.back()) : "");
       }
       log << "  step " << (i + 1) << "/" << total << " | loss " << format("%.4f", loss_value) << " | " << timing
           << std::endl;
