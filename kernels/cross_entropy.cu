@@ -130,16 +130,6 @@ int row_block_threads(int64_t vocab) {
 // strides, and a second kernel is cheaper than a grid-wide reduction that stays deterministic.
 constexpr int kMeanThreads = 1024;
 
-// A row length that is a multiple of kVec keeps every row aligned once the base pointers are.
-template <typename T>
-bool use_wide(int64_t vocab, std::initializer_list<const void*> pointers) {
-  if (vocab % kWideVec<T> != 0) return false;
-  for (const void* p : pointers) {
-    if (!is_pack_aligned<T, kWideVec<T>>(p)) return false;
-  }
-  return true;
-}
-
 template <typename T>
 void forward_for_type(const CrossEntropyForwardParams& params, gpuStream_t stream) {
   const unsigned grid = static_cast<unsigned>(params.rows);

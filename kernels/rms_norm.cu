@@ -139,21 +139,6 @@ int row_block_threads(int64_t hidden) {
   return block_threads_for((hidden + kVec - 1) / kVec, 512);
 }
 
-template <typename T>
-bool use_wide_forward(const RmsNormForwardParams& p) {
-  constexpr int kVec = kWideVec<T>;
-  return p.hidden % kVec == 0 && is_pack_aligned<T, kVec>(p.x) && is_pack_aligned<T, kVec>(p.y) &&
-         is_pack_aligned<float, kVec>(p.weight);
-}
-
-template <typename T>
-bool use_wide_backward(const RmsNormBackwardParams& p) {
-  constexpr int kVec = kWideVec<T>;
-  return p.hidden % kVec == 0 && is_pack_aligned<T, kVec>(p.x) && is_pack_aligned<T, kVec>(p.grad_y) &&
-         is_pack_aligned<T, kVec>(p.grad_x) && is_pack_aligned<float, kVec>(p.weight) &&
-         is_pack_aligned<float, kVec>(p.weight_grad_partial);
-}
-
 template <typename T, int kVec>
 void launch_forward(const RmsNormForwardParams& params, gpuStream_t stream) {
   rms_norm_forward_kernel<T, kVec>
@@ -162,7 +147,7 @@ void launch_forward(const RmsNormForwardParams& params, gpuStream_t stream) {
 
 template <typename T>
 void forward_for_type(const RmsNormForwardParams& params, gpuStream_t stream) {
-  if (use_wide_forward<T>(params)) {
+  if (use_wide<T>(params.hidden, {params.x, params.y}, {params.weight})) {
     launch_forward<T, kWideVec<T>>(params, stream);
   } else {
     launch_forward<T, 1>(params, stream);
@@ -177,7 +162,8 @@ void launch_backward(const RmsNormBackwardParams& params, gpuStream_t stream) {
 
 template <typename T>
 void backward_for_type(const RmsNormBackwardParams& params, gpuStream_t stream) {
-  if (use_wide_backward<T>(params)) {
+  if (use_wide<T>(params.hidden, {params.x, params.grad_y, params.grad_x},
+                  {params.weight, params.weight_grad_partial})) {
     launch_backward<T, kWideVec<T>>(params, stream);
   } else {
     launch_backward<T, 1>(params, stream);

@@ -84,16 +84,8 @@ int row_block_threads(int64_t ffn) {
   return block_threads_for((ffn + kVec - 1) / kVec, 256);
 }
 
-// gate_up's row length 2F is a multiple of kVec whenever F is, so one test on F plus the base pointers
-// covers gate, up and every row.
-template <typename T>
-bool use_wide(int64_t ffn, std::initializer_list<const void*> pointers) {
-  if (ffn % kWideVec<T> != 0) return false;
-  for (const void* p : pointers) {
-    if (!is_pack_aligned<T, kWideVec<T>>(p)) return false;
-  }
-  return true;
-}
+// gate_up's row length 2F is a multiple of kVec whenever F is, so use_wide's test on F plus the base
+// pointers covers gate, up and every row.
 
 template <typename T>
 void forward_for_type(const SwigluForwardParams& params, gpuStream_t stream) {

@@ -44,6 +44,7 @@ constexpr int block_threads_for(int64_t threads, int max_threads) {
 
 #if defined(__CUDACC__) || defined(__HIP__)
 
+#include <initializer_list>
 #include <type_traits>
 
 #if defined(__HIP__)
@@ -173,13 +174,28 @@ inline bool is_pack_aligned(const void* ptr) {
   return reinterpret_cast<std::uintptr_t>(ptr) % sizeof(Pack<T, kVec>) == 0;
 }
 
+// Whether a launcher may take the kWideVec<T> path: rows of `row_length` elements split into whole packs
+// (so every row stays aligned once its base pointer is), every `rows` pointer (of T) is pack-aligned, and
+// every fp32 companion read kWideVec<T> floats at a time (a weight, say) is aligned for that.
+template <typename T>
+inline bool use_wide(int64_t row_length, std::initializer_list<const void*> rows,
+                     std::initializer_list<const float*> fp32_companions = {}) {
+  constexpr int kVec = kWideVec<T>;
+  if (row_length % kVec != 0) return false;
+  for (const void* p : rows)
+    if (!is_pack_aligned<T, kVec>(p)) return false;
+  for (const float* p : fp32_companions)
+    if (!is_pack_aligned<float, kVec>(p)) return false;
+  return true;
+}
+
 // =================================================================================================
 // Warp size, shuffles and reductions
 // =================================================================================================
 
 // Lanes per warp (NVIDIA) or wavefront (AMD) of the architecture this device pass compiles for.
 // Device-only on purpose: a HIP compile runs a host pass in which __AMDGCN_WAVEFRONT_SIZE is not
-// defined, so a host-side value would silently disagree with the kernel's (HIP_NOTES.md). Host code
+// defined, so a host-side value would silently disagree with the kernel's. Host code
 // sizes launches with kMaxWarpSize instead. The host pass still parses this body, hence its fallback.
 __device__ constexpr int warp_size() {
 #if defined(__HIP__) && defined(__AMDGCN_WAVEFRONT_SIZE)

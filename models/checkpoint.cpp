@@ -1,39 +1,29 @@
 #include "models/checkpoint.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
 namespace tt {
 namespace {
 
-size_t parameter_index(const Optimizer& optimizer, const torch::Tensor& parameter) {
-  const auto& params = optimizer.parameters();
-  for (size_t i = 0; i < params.size(); ++i)
-    if (params[i].unsafeGetTensorImpl() == parameter.unsafeGetTensorImpl()) return i;
-  TORCH_CHECK(false, "checkpoint: a model parameter is not managed by the optimizer");
-}
-
 const std::string kExpAvg = "optimizer.exp_avg.";
 const std::string kExpAvgSq = "optimizer.exp_avg_sq.";
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, const Transformer& model, const Optimizer& optimizer, int64_t step,
-                     const RunConfig& config) {
+void write_checkpoint(const std::string& path, const Checkpoint& ck, bool overwrite) {
+  TORCH_CHECK(overwrite || !std::filesystem::exists(path), "--save-checkpoint: file '", path,
+              "' exists; pass --overwrite to replace it or choose another path");
   c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
   dict.insert("format", std::string(kCheckpointFormat));
-  dict.insert("stage", model->spec().name);
-  dict.insert("step", step);
-  dict.insert("config", to_json(config).dump());
-  for (const auto& slice : model->canonical_layout()) {
-    dict.insert(slice.name, slice.of(slice.parameter).detach().to(torch::kCPU).clone());
-    const size_t i = parameter_index(optimizer, slice.parameter);
-    if (optimizer.exp_avg(i).defined()) {
-      dict.insert(kExpAvg + slice.name, slice.of(optimizer.exp_avg(i)).detach().to(torch::kCPU).clone());
-      dict.insert(kExpAvgSq + slice.name, slice.of(optimizer.exp_avg_sq(i)).detach().to(torch::kCPU).clone());
-    }
-  }
+  dict.insert("stage", ck.stage);
+  dict.insert("step", ck.step);
+  dict.insert("config", to_json(ck.config).dump());
+  for (const auto& [name, tensor] : ck.weights) dict.insert(name, tensor);
+  for (const auto& [name, tensor] : ck.exp_avg) dict.insert(kExpAvg + name, tensor);
+  for (const auto& [name, tensor] : ck.exp_avg_sq) dict.insert(kExpAvgSq + name, tensor);
   const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
   const std::string tmp = path + ".tmp";
   {
@@ -52,6 +42,9 @@ Checkpoint read_checkpoint(const std::string& path) {
   c10::IValue value;
   try {
     value = torch::pickle_load(bytes);
+  } catch (const c10::Error& e) {
+    // The unpickler's own message without its C++ backtrace: the user needs the first line only.
+    TORCH_CHECK(false, "'", path, "' is not a readable checkpoint: ", e.what_without_backtrace());
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "'", path, "' is not a readable checkpoint: ", e.what());
   }
@@ -82,31 +75,19 @@ Checkpoint read_checkpoint(const std::string& path) {
   return ck;
 }
 
-void restore_checkpoint(const Checkpoint& ck, Transformer& model, Optimizer* optimizer) {
-  const auto mine = to_json(model->config());
+void check_model_config(const Checkpoint& ck, const ModelConfig& model) {
+  const auto mine = to_json(model);
   const auto theirs = to_json(ck.config.model);
   std::string diff;
   for (const auto& [key, value] : mine.items())
     if (theirs.at(key) != value)
       diff += "\n  model." + key + ": checkpoint has " + theirs.at(key).dump() + ", this run has " + value.dump();
   TORCH_CHECK(diff.empty(), "the checkpoint's model config does not match this run's:", diff);
+}
+
+void restore_weights(const Checkpoint& ck, Transformer& model) {
+  check_model_config(ck, model->config());
   model->load_canonical_state(ck.weights);
-  if (optimizer == nullptr || ck.exp_avg.empty()) return;
-  std::vector<torch::Tensor> m, v;
-  for (const auto& p : optimizer->parameters()) {
-    m.push_back(torch::zeros_like(p));
-    v.push_back(torch::zeros_like(p));
-  }
-  torch::NoGradGuard no_grad;
-  for (const auto& slice : model->canonical_layout()) {
-    const size_t i = parameter_index(*optimizer, slice.parameter);
-    auto a = ck.exp_avg.find(slice.name), b = ck.exp_avg_sq.find(slice.name);
-    TORCH_CHECK(a != ck.exp_avg.end() && b != ck.exp_avg_sq.end(), "checkpoint: optimizer state for '", slice.name,
-                "' is missing");
-    slice.of(m[i]).copy_(a->second);
-    slice.of(v[i]).copy_(b->second);
-  }
-  optimizer->load_state(m, v, ck.step);
 }
 
 }  // namespace tt

@@ -1,7 +1,8 @@
 // Checkpoints in LibTorch's pickle format, readable by Python's torch.load: one dict whose keys are the
 // canonical weight names (Hugging Face LLaMA), "optimizer.exp_avg.<name>" and "optimizer.exp_avg_sq.<name>"
 // for the AdamW moments, plus "step" (int), "stage" (str), "config" (the run config as a JSON string)
-// and "format". Canonical names make a checkpoint portable between stages.
+// and "format". Canonical names make a checkpoint portable between stages. This layer knows tensors by
+// canonical name only; the training layer (apps/train/trainer.h) maps optimizer state to and from them.
 #pragma once
 
 #include <map>
@@ -10,7 +11,6 @@
 #include <torch/torch.h>
 
 #include "models/config.h"
-#include "models/optimizer.h"
 #include "models/transformer.h"
 
 namespace tt {
@@ -25,12 +25,13 @@ struct Checkpoint {
   std::map<std::string, torch::Tensor> exp_avg, exp_avg_sq;  // empty when saved before any step
 };
 
-// Writes atomically (temporary file, then rename).
-void save_checkpoint(const std::string& path, const Transformer& model, const Optimizer& optimizer,
-                     int64_t step, const RunConfig& config);
+// Writes atomically (temporary file, then rename). An existing file is replaced only with `overwrite`;
+// otherwise the error names --save-checkpoint and --overwrite, as results do.
+void write_checkpoint(const std::string& path, const Checkpoint& checkpoint, bool overwrite);
 Checkpoint read_checkpoint(const std::string& path);
-// Loads weights (and moments and step into the optimizer, when given); a model config that differs
-// from the checkpoint's throws, naming each differing field.
-void restore_checkpoint(const Checkpoint& checkpoint, Transformer& model, Optimizer* optimizer);
+// Throws naming each model field where the checkpoint's config differs from `model`.
+void check_model_config(const Checkpoint& checkpoint, const ModelConfig& model);
+// check_model_config, then the checkpoint's weights into the model.
+void restore_weights(const Checkpoint& checkpoint, Transformer& model);
 
 }  // namespace tt

@@ -1,11 +1,5 @@
 #include "models/components.h"
 
-#include <torch/csrc/profiler/stubs/base.h>
-
-#include "kernels/ops/cross_entropy.h"
-#include "kernels/ops/rms_norm.h"
-#include "kernels/ops/rope.h"
-#include "kernels/ops/swiglu.h"
 #include "models/reference.h"
 
 namespace tt {
@@ -24,12 +18,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps, NormKind kind) : eps_(eps), ki
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  switch (kind_) {
-    case NormKind::kReference: return reference::rms_norm(x, weight, eps_);
-    case NormKind::kFused: return at::rms_norm(x, {weight.size(0)}, weight, eps_);
-    case NormKind::kCustom: return ops::rms_norm(x, weight, eps_);
-  }
-  TORCH_CHECK(false, "unknown NormKind");
+  return implementation(kind_).fn(x, weight, eps_);
 }
 
 // ---- RoPE ---------------------------------------------------------------------------------------
@@ -55,8 +44,7 @@ std::pair<torch::Tensor, torch::Tensor> RotaryImpl::tables(int64_t seq_len, int6
 std::pair<torch::Tensor, torch::Tensor> RotaryImpl::forward(const torch::Tensor& q, const torch::Tensor& k,
                                                             int64_t start_pos) {
   auto [cos, sin] = tables(q.size(1), start_pos, q.device());
-  if (kind_ == RopeKind::kCustom) return ops::rope(q, k, cos, sin);
-  return {reference::apply_rope(q, cos, sin), reference::apply_rope(k, cos, sin)};
+  return implementation(kind_).fn(q, k, cos, sin);
 }
 
 // ---- Attention ----------------------------------------------------------------------------------
@@ -72,28 +60,6 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const StageSpec& spec)
     v_proj = register_module("v_proj", linear(c.hidden_dim, kv_dim));
   }
   o_proj = register_module("o_proj", linear(c.hidden_dim, c.hidden_dim));
-}
-
-torch::Tensor AttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                    int64_t q_offset) {
-  // Decoding with a cache (q_offset > 0) takes the plain formulation in every stage: its shapes change with
-  // every new token, and in bf16 SDPA picks cuDNN, which builds a new execution graph for each new key
-  // length. Workshop model, bf16, H200: 120 greedy tokens took 7.4 s through SDPA, 1.2 s this way. A few
-  // query rows make the plain matmul/softmax/matmul cheap. The mask is aligned to the bottom-right
-  // corner: query i sees keys up to q_offset + i.
-  if (kind_ == AttentionKind::kMaskedMatmul || q_offset > 0) return reference::masked_attention(q, k, v, q_offset);
-  // On Hopper, fp32 with grouped heads makes SDPA fall back to its math path (flash and memory-efficient
-  // kernels refuse enable_gqa in fp32). Repeating K/V to all heads costs one copy of each but keeps the
-  // memory-efficient kernel: at the workshop shapes on an H200, forward + backward 221 us against 849 us
-  // with enable_gqa (kernel_bench, sdpa_gqa). In bf16, native GQA (cuDNN) is the faster of the two
-  // (118 us against 160 us at the medium shapes), so bf16 keeps it.
-  if (q.scalar_type() == torch::kFloat32 && n_heads_ != n_kv_heads_ && q.is_cuda()) {
-    const int64_t n_rep = n_heads_ / n_kv_heads_;
-    return at::scaled_dot_product_attention(q, k.repeat_interleave(n_rep, 1), v.repeat_interleave(n_rep, 1), {}, 0.0,
-                                            /*is_causal=*/true);
-  }
-  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt,
-                                          /*enable_gqa=*/n_heads_ != n_kv_heads_);
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, Rotary& rotary, KVCache* cache) {
@@ -128,7 +94,12 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, Rotary& rotary, KVC
     k = cache->keys.narrow(2, 0, cache->length);
     v = cache->values.narrow(2, 0, cache->length);
   }
-  auto out = attend(q, k, v, start);
+  // Decoding with a cache (start > 0) takes the plain formulation in every stage: its shapes change with
+  // every new token, and in bf16 SDPA picks cuDNN, which builds a new execution graph for each new key
+  // length. Workshop model, bf16, H200: 120 greedy tokens took 7.4 s through SDPA, 1.2 s this way. A few
+  // query rows make the plain matmul/softmax/matmul cheap. Its mask is aligned to the bottom-right
+  // corner: query i sees keys up to start + i.
+  auto out = start > 0 ? reference::masked_attention(q, k, v, start) : implementation(kind_).fn(q, k, v);
   out = out.transpose(1, 2).reshape({batch, seq, n_heads_ * head_dim_});
   return o_proj->forward(out);
 }
@@ -136,9 +107,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, Rotary& rotary, KVC
 // ---- MLP ----------------------------------------------------------------------------------------
 
 MLPImpl::MLPImpl(const ModelConfig& c, const StageSpec& spec)
-    : intermediate_dim_(c.intermediate_dim), activation_(spec.activation) {
-  TORCH_CHECK(spec.activation != ActivationKind::kCustom || spec.fused_gate_up,
-              "stage ", spec.name, ": the custom SwiGLU kernel works on the fused gate/up GEMM output");
+    : activation_(spec.activation) {
+  TORCH_CHECK(spec.activation == ActivationKind::kReference || spec.fused_gate_up,
+              "stage ", spec.name, ": the ", implementation(spec.activation).name,
+              " activation works on the fused gate/up GEMM output");
   if (spec.fused_gate_up) {
     gate_up_proj = register_module("gate_up_proj", linear(c.hidden_dim, 2 * c.intermediate_dim));
   } else {
@@ -151,11 +123,7 @@ MLPImpl::MLPImpl(const ModelConfig& c, const StageSpec& spec)
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   torch::Tensor hidden;
   if (gate_up_proj) {
-    auto gate_up = gate_up_proj->forward(x);
-    hidden = activation_ == ActivationKind::kCustom
-                 ? ops::swiglu(gate_up)
-                 : reference::swiglu(gate_up.narrow(-1, 0, intermediate_dim_),
-                                     gate_up.narrow(-1, intermediate_dim_, intermediate_dim_));
+    hidden = implementation(activation_).fn(gate_up_proj->forward(x));
   } else {
     hidden = reference::swiglu(gate_proj->forward(x), up_proj->forward(x));
   }
@@ -174,18 +142,6 @@ BlockImpl::BlockImpl(const ModelConfig& c, const StageSpec& spec) {
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, Rotary& rotary, KVCache* cache) {
   auto h = x + self_attn->forward(input_layernorm->forward(x), rotary, cache);
   return h + mlp->forward(post_attention_layernorm->forward(h));
-}
-
-// ---- Profiler ranges ----------------------------------------------------------------------------
-
-ScopedRange::ScopedRange(const char* name)
-    : active_(torch::profiler::impl::cudaStubs()->enabled()), record_(at::RecordScope::USER_SCOPE) {
-  if (active_) torch::profiler::impl::cudaStubs()->rangePush(name);
-  if (record_.isActive()) record_.before(std::string_view(name));
-}
-
-ScopedRange::~ScopedRange() {
-  if (active_) torch::profiler::impl::cudaStubs()->rangePop();
 }
 
 }  // namespace tt

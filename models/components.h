@@ -1,5 +1,6 @@
 // The building blocks of the shared LLaMA-style skeleton. Each block takes the StageSpec and runs the
-// implementation the stage chose; the stages never copy the model.
+// implementation the stage chose, through its catalog entry (models/stage.h); the stages never copy the
+// model.
 #pragma once
 
 #include <torch/torch.h>
@@ -55,7 +56,6 @@ class AttentionImpl : public torch::nn::Module {
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, qkv_proj{nullptr}, o_proj{nullptr};
 
  private:
-  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t q_offset);
   int64_t n_heads_, n_kv_heads_, head_dim_;
   AttentionKind kind_;
 };
@@ -69,7 +69,6 @@ class MLPImpl : public torch::nn::Module {
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, gate_up_proj{nullptr}, down_proj{nullptr};
 
  private:
-  int64_t intermediate_dim_;
   ActivationKind activation_;
 };
 TORCH_MODULE(MLP);
@@ -84,19 +83,5 @@ class BlockImpl : public torch::nn::Module {
   MLP mlp{nullptr};
 };
 TORCH_MODULE(Block);
-
-// A named range: NVTX with a CUDA LibTorch and ROCTX with a ROCm one (what nsys, ncu and rocprofv3 show;
-// free when no tool listens), and a user annotation in the built-in --profile (Kineto) trace.
-class ScopedRange {
- public:
-  explicit ScopedRange(const char* name);
-  ~ScopedRange();
-  ScopedRange(const ScopedRange&) = delete;
-  ScopedRange& operator=(const ScopedRange&) = delete;
-
- private:
-  bool active_;
-  at::RecordFunction record_;  // inactive (and cheap) unless a profiler records
-};
 
 }  // namespace tt

@@ -1,30 +1,34 @@
 #include "models/config.h"
 
+#include <cerrno>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <variant>
-#include <vector>
 
 namespace tt {
 namespace {
 
 using json = nlohmann::json;
 
+// One JSON key of a config section: the member it sets and, when the command line may set it too, the flag.
 template <class Config>
 struct Field {
   const char* key;
-  std::variant<int64_t Config::*, double Config::*, bool Config::*, std::string Config::*> member;
+  std::variant<int64_t Config::*, double Config::*, bool Config::*, std::string Config::*, Precision Config::*> member;
+  const char* flag = nullptr;
+  const char* help = "";
 };
 
 const std::vector<Field<ModelConfig>>& model_fields() {
   static const std::vector<Field<ModelConfig>> fields = {
-      {"vocab_size", &ModelConfig::vocab_size},
-      {"hidden_dim", &ModelConfig::hidden_dim},
-      {"n_layers", &ModelConfig::n_layers},
-      {"n_heads", &ModelConfig::n_heads},
-      {"n_kv_heads", &ModelConfig::n_kv_heads},
-      {"intermediate_dim", &ModelConfig::intermediate_dim},
-      {"max_seq_len", &ModelConfig::max_seq_len},
+      {"vocab_size", &ModelConfig::vocab_size, "vocab-size"},
+      {"hidden_dim", &ModelConfig::hidden_dim, "hidden-dim"},
+      {"n_layers", &ModelConfig::n_layers, "num-layers"},
+      {"n_heads", &ModelConfig::n_heads, "num-heads"},
+      {"n_kv_heads", &ModelConfig::n_kv_heads, "num-kv-heads"},
+      {"intermediate_dim", &ModelConfig::intermediate_dim, "intermediate-dim"},
+      {"max_seq_len", &ModelConfig::max_seq_len, "max-seq-len"},
       {"rope_theta", &ModelConfig::rope_theta},
       {"norm_eps", &ModelConfig::norm_eps},
       {"tie_embeddings", &ModelConfig::tie_embeddings},
@@ -35,21 +39,21 @@ const std::vector<Field<ModelConfig>>& model_fields() {
 
 const std::vector<Field<TrainConfig>>& train_fields() {
   static const std::vector<Field<TrainConfig>> fields = {
-      {"batch_size", &TrainConfig::batch_size},
-      {"seq_len", &TrainConfig::seq_len},
-      {"num_steps", &TrainConfig::num_steps},
-      {"warmup_steps", &TrainConfig::warmup_steps},
-      {"learning_rate", &TrainConfig::learning_rate},
+      {"batch_size", &TrainConfig::batch_size, "batch-size"},
+      {"seq_len", &TrainConfig::seq_len, "seq-len"},
+      {"num_steps", &TrainConfig::num_steps, "num-steps", "measured steps"},
+      {"warmup_steps", &TrainConfig::warmup_steps, "warmup-steps", "steps run before measuring"},
+      {"learning_rate", &TrainConfig::learning_rate, "learning-rate"},
       {"beta1", &TrainConfig::beta1},
       {"beta2", &TrainConfig::beta2},
       {"adam_eps", &TrainConfig::adam_eps},
-      {"weight_decay", &TrainConfig::weight_decay},
-      {"grad_clip", &TrainConfig::grad_clip},
-      {"dtype", &TrainConfig::dtype},
-      {"seed", &TrainConfig::seed},
-      {"device", &TrainConfig::device},
-      {"log_every", &TrainConfig::log_every},
-      {"data", &TrainConfig::data},
+      {"weight_decay", &TrainConfig::weight_decay, "weight-decay"},
+      {"grad_clip", &TrainConfig::grad_clip, "grad-clip", "max global gradient norm, 0 = off"},
+      {"dtype", &TrainConfig::dtype, "dtype", "fp32 | bf16 (bf16: autocast mixed precision, fp32 master weights)"},
+      {"seed", &TrainConfig::seed, "seed", "seed for weights and data"},
+      {"device", &TrainConfig::device, "device", "auto | cpu | cuda (on ROCm builds, cuda is the HIP device)"},
+      {"log_every", &TrainConfig::log_every, "log-every", "progress line every N steps, 0 = off"},
+      {"data", &TrainConfig::data, "data", "train on this text file as bytes (needs vocab_size >= 256); none = synthetic tokens"},
   };
   return fields;
 }
@@ -71,46 +75,97 @@ std::string allowed_keys(const std::vector<Field<Config>>& fields) {
   throw ConfigError(origin + ": field \"" + field + "\" " + what);
 }
 
+// Reads one field's JSON value into config; `name` is the field's path ("training.batch_size").
+template <class Config>
+void read_field(const json& value, const Field<Config>& field, Config& config, const std::string& name,
+                const std::string& origin) {
+  std::visit(
+      [&](auto member) {
+        using T = std::decay_t<decltype(config.*member)>;
+        if constexpr (std::is_same_v<T, int64_t>) {
+          if (!value.is_number_integer()) fail(origin, name, "must be an integer, got " + value.dump());
+          config.*member = value.template get<int64_t>();
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (!value.is_number()) fail(origin, name, "must be a number, got " + value.dump());
+          config.*member = value.template get<double>();
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (!value.is_boolean()) fail(origin, name, "must be true or false, got " + value.dump());
+          config.*member = value.template get<bool>();
+        } else if constexpr (std::is_same_v<T, Precision>) {
+          if (!value.is_string()) fail(origin, name, "must be \"fp32\" or \"bf16\", got " + value.dump());
+          config.*member = parse_precision(value.template get<std::string>(), origin + ": field \"" + name + "\" =");
+        } else {
+          if (value.is_null()) {
+            config.*member = "";
+          } else {
+            if (!value.is_string()) fail(origin, name, "must be a string, got " + value.dump());
+            config.*member = value.template get<std::string>();
+          }
+        }
+      },
+      field.member);
+}
+
 template <class Config>
 void read_section(const json& section, const std::vector<Field<Config>>& fields, Config& config,
                   const std::string& prefix, const std::string& origin) {
   if (!section.is_object()) fail(origin, prefix, "must be a JSON object, got " + section.dump());
   for (const auto& [key, value] : section.items()) {
-    const std::string name = prefix + "." + key;
     const Field<Config>* field = nullptr;
     for (const auto& f : fields)
       if (key == f.key) field = &f;
-    if (field == nullptr) fail(origin, name, "is not a known key; allowed: " + allowed_keys(fields));
-    std::visit(
-        [&](auto member) {
-          using T = std::decay_t<decltype(config.*member)>;
-          if constexpr (std::is_same_v<T, int64_t>) {
-            if (!value.is_number_integer()) fail(origin, name, "must be an integer, got " + value.dump());
-            config.*member = value.template get<int64_t>();
-          } else if constexpr (std::is_same_v<T, double>) {
-            if (!value.is_number()) fail(origin, name, "must be a number, got " + value.dump());
-            config.*member = value.template get<double>();
-          } else if constexpr (std::is_same_v<T, bool>) {
-            if (!value.is_boolean()) fail(origin, name, "must be true or false, got " + value.dump());
-            config.*member = value.template get<bool>();
-          } else {
-            if (value.is_null()) {
-              config.*member = "";
-            } else {
-              if (!value.is_string()) fail(origin, name, "must be a string, got " + value.dump());
-              config.*member = value.template get<std::string>();
-            }
-          }
-        },
-        field->member);
+    if (field == nullptr) fail(origin, prefix + "." + key, "is not a known key; allowed: " + allowed_keys(fields));
+    read_field(value, *field, config, prefix + "." + key, origin);
   }
+}
+
+template <class Config>
+json field_value(const Field<Config>& field, const Config& config) {
+  return std::visit(
+      [&](auto member) -> json {
+        if constexpr (std::is_same_v<std::decay_t<decltype(config.*member)>, Precision>) {
+          return to_string(config.*member);
+        } else {
+          return config.*member;
+        }
+      },
+      field.member);
 }
 
 template <class Config>
 json write_section(const std::vector<Field<Config>>& fields, const Config& config) {
   json out = json::object();
-  for (const auto& f : fields) std::visit([&](auto member) { out[f.key] = config.*member; }, f.member);
+  for (const auto& f : fields) out[f.key] = field_value(f, config);
   return out;
+}
+
+// A flag's text as the JSON value its field expects: numbers and booleans parsed whole (so "8x" or "1e3"
+// for an integer field are errors, not 8 or 1000), strings taken as they are.
+template <class Config>
+json flag_value(const Field<Config>& field, const std::string& text, const std::string& origin) {
+  return std::visit(
+      [&](auto member) -> json {
+        using T = std::decay_t<decltype(std::declval<Config>().*member)>;
+        if constexpr (std::is_same_v<T, int64_t>) {
+          char* end = nullptr;
+          errno = 0;
+          const long long v = std::strtoll(text.c_str(), &end, 10);
+          if (text.empty() || *end != '\0' || errno == ERANGE)
+            throw ConfigError(origin + " must be an integer, got '" + text + "'");
+          return static_cast<int64_t>(v);
+        } else if constexpr (std::is_same_v<T, double>) {
+          char* end = nullptr;
+          const double v = std::strtod(text.c_str(), &end);
+          if (text.empty() || *end != '\0') throw ConfigError(origin + " must be a number, got '" + text + "'");
+          return v;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (text != "true" && text != "false") throw ConfigError(origin + " must be true or false, got '" + text + "'");
+          return text == "true";
+        } else {
+          return text;
+        }
+      },
+      field.member);
 }
 
 std::string str(double v) {
@@ -123,12 +178,27 @@ void require_positive(const std::string& field, int64_t value) {
   if (value <= 0) fail("config", field, "= " + std::to_string(value) + " is not allowed: must be positive");
 }
 
+// The built-in default as the help text shows it: strings without quotes, "" as "none".
+std::string default_text(const json& value) {
+  if (value.is_number_float()) return str(value.get<double>());
+  if (!value.is_string()) return value.dump();
+  const auto s = value.get<std::string>();
+  return s.empty() ? "none" : s;
+}
+
 }  // namespace
+
+const char* to_string(Precision precision) { return precision == Precision::kBf16 ? "bf16" : "fp32"; }
+
+Precision parse_precision(const std::string& text, const std::string& what) {
+  if (text == "fp32") return Precision::kFp32;
+  if (text == "bf16") return Precision::kBf16;
+  throw ConfigError(what + " \"" + text + "\" is not allowed: must be \"fp32\" or \"bf16\"");
+}
 
 bool ModelConfig::operator==(const ModelConfig& o) const {
   return to_json(*this) == to_json(o);
 }
-
 ModelConfig model_config_from_json(const json& j, const std::string& origin) {
   ModelConfig config;
   read_section(j, model_fields(), config, "model", origin);
@@ -230,8 +300,6 @@ void validate(const RunConfig& c) {
     fail("config", "training.weight_decay", "= " + str(t.weight_decay) + " is not allowed: must be >= 0");
   if (!(t.grad_clip >= 0))
     fail("config", "training.grad_clip", "= " + str(t.grad_clip) + " is not allowed: must be >= 0 (0 = off)");
-  if (t.dtype != "fp32" && t.dtype != "bf16")
-    fail("config", "training.dtype", "= \"" + t.dtype + "\" is not allowed: must be \"fp32\" or \"bf16\"");
   if (t.device != "auto" && t.device != "cpu" && t.device != "cuda")
     fail("config", "training.device", "= \"" + t.device + "\" is not allowed: must be \"auto\", \"cpu\" or \"cuda\"");
   if (!t.data.empty() && c.model.vocab_size < 256)
@@ -241,6 +309,31 @@ void validate(const RunConfig& c) {
   if (t.data.empty() && c.model.vocab_size < 2)
     fail("config", "model.vocab_size", "= " + std::to_string(c.model.vocab_size) +
                                            " is not allowed: synthetic tokens are drawn from [1, vocab_size)");
+}
+
+const std::vector<ConfigField>& config_fields() {
+  static const std::vector<ConfigField> fields = [] {
+    const RunConfig defaults;
+    const json model = to_json(defaults.model), training = to_json(defaults.training);
+    std::vector<ConfigField> out;
+    for (const auto& f : model_fields())
+      out.push_back({std::string("model.") + f.key, f.flag, f.help, default_text(model.at(f.key))});
+    for (const auto& f : train_fields())
+      out.push_back({std::string("training.") + f.key, f.flag, f.help, default_text(training.at(f.key))});
+    return out;
+  }();
+  return fields;
+}
+
+void set_config_field(RunConfig& config, const ConfigField& field, const std::string& text) {
+  const std::string origin = "command line: --" + std::string(field.flag ? field.flag : field.path.c_str());
+  for (const auto& f : model_fields())
+    if (field.path == std::string("model.") + f.key)
+      return read_field(flag_value(f, text, origin), f, config.model, field.path, origin);
+  for (const auto& f : train_fields())
+    if (field.path == std::string("training.") + f.key)
+      return read_field(flag_value(f, text, origin), f, config.training, field.path, origin);
+  throw ConfigError("no config field \"" + field.path + "\"");
 }
 
 }  // namespace tt

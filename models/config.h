@@ -1,10 +1,12 @@
-// Model and training configuration: defaults, JSON (de)serialisation and validation.
+// Model and training configuration: defaults, JSON (de)serialisation and validation, and the one table of
+// config fields that the config file, the command line and the help text all read.
 // Every error names the field, the value and the rule, and is raised before any GPU work.
 #pragma once
 
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +15,15 @@ namespace tt {
 struct ConfigError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// The arithmetic a run trains in; "dtype" in configs, flags and result files.
+enum class Precision {
+  kFp32,  // fp32 everywhere (TF32 off, LibTorch's default)
+  kBf16,  // bf16 autocast for the forward, fp32 master weights and optimizer state
+};
+const char* to_string(Precision precision);  // "fp32" | "bf16"
+// Throws ConfigError `<what> "<text>" is not allowed: must be "fp32" or "bf16"`.
+Precision parse_precision(const std::string& text, const std::string& what);
 
 struct ModelConfig {
   int64_t vocab_size = 1000;
@@ -43,7 +54,7 @@ struct TrainConfig {
   double adam_eps = 1e-8;
   double weight_decay = 0.01;
   double grad_clip = 0.0;     // max global gradient norm; 0 turns clipping off
-  std::string dtype = "fp32"; // fp32 | bf16 (bf16 = autocast mixed precision, fp32 master weights)
+  Precision dtype = Precision::kFp32;
   int64_t seed = 42;
   std::string device = "auto"; // auto | cpu | cuda
   int64_t log_every = 10;     // progress line every N steps; 0 turns it off
@@ -67,5 +78,18 @@ ModelConfig model_config_from_json(const nlohmann::json& json, const std::string
 // Throws ConfigError naming the first violated rule.
 void validate(const ModelConfig& config);
 void validate(const RunConfig& config);
+
+// One field of the "model" or "training" section, as the command line sees it.
+struct ConfigField {
+  std::string path;   // "training.batch_size"
+  const char* flag;   // "batch-size"; nullptr when only a config file sets the field
+  const char* help;   // what the flag means, "" when its path says it all
+  std::string default_value;  // the built-in default, as JSON text ("8", "\"fp32\"")
+};
+// Every field, model section first, in the order of the config structs.
+const std::vector<ConfigField>& config_fields();
+// Sets the field from a flag's text, parsed and checked as its JSON value would be. Throws ConfigError
+// naming the flag, the text and what the field needs.
+void set_config_field(RunConfig& config, const ConfigField& field, const std::string& text);
 
 }  // namespace tt

@@ -1,20 +1,32 @@
-// A stage is a choice of component implementations for the one shared model skeleton and training
-// loop. The four executables differ only in the StageSpec they pass.
+// A stage is a choice of component implementations for the one shared model skeleton and training loop.
+// The executables differ only in the StageSpec they pass.
+//
+// This file pair is also the catalog: for every component, the list of implementations a stage can
+// choose from, each with its name, what it is, and the function that runs it. The model's components
+// (models/components.cpp) call through these entries, the result files describe a stage with them, and
+// the kernel benchmark (apps/bench/) times every entry of a family side by side. Adding an
+// implementation (a new kernel, say) means one enum value, one catalog entry, and choosing it in a stage.
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "models/config.h"
 
 namespace tt {
 
-enum class NormKind { kReference, kFused, kCustom };
-enum class RopeKind { kReference, kCachedTables, kCustom };
+// ---- What each component can be ---------------------------------------------------------------------
+
+enum class NormKind { kReference, kAtenFused, kOurKernel };
+enum class RopeKind { kReference, kCachedTables, kOurKernel };
 enum class AttentionKind { kMaskedMatmul, kSdpa };
-enum class ActivationKind { kReference, kCustom };
-enum class LossKind { kReference, kCustom };
-enum class OptimizerKind { kTorchAdamW, kFusedAdamW };
+enum class ActivationKind { kReference, kOurKernel };
+enum class LossKind { kReference, kOurKernel };
+enum class OptimizerKind { kTorchAdamW, kAtenFusedAdamW };
 
 struct StageSpec {
   std::string name;
@@ -34,14 +46,68 @@ StageSpec v1_baseline();
 StageSpec v2_fused();
 StageSpec v3_custom();
 std::vector<StageSpec> all();
+// nullptr when no stage has that name.
+const StageSpec* find(const std::string& name);
+std::string names();  // "v1_baseline, v2_fused, v3_custom"
 }  // namespace stages
 
-const char* to_string(NormKind kind);
-const char* to_string(RopeKind kind);
-const char* to_string(AttentionKind kind);
-const char* to_string(ActivationKind kind);
-const char* to_string(LossKind kind);
-const char* to_string(OptimizerKind kind);
+// ---- The catalog ----------------------------------------------------------------------------------------
+
+// The shapes an attention call sees in a run, for describing which backend it picks.
+struct AttentionShape {
+  int64_t batch, seq, heads, kv_heads, head_dim;
+};
+
+// x [..., H], weight [H] -> normalised x.
+using NormFn = torch::Tensor (*)(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+// q [B, S, Hq, D], k [B, S, Hkv, D], cos/sin fp32 [S, D / 2] -> rotated (q, k).
+using RopeFn = std::pair<torch::Tensor, torch::Tensor> (*)(const torch::Tensor& q, const torch::Tensor& k,
+                                                           const torch::Tensor& cos, const torch::Tensor& sin);
+// Causal attention, q [B, Hq, S, D], k/v [B, Hkv, S, D] with Hq a multiple of Hkv -> [B, Hq, S, D].
+using AttentionFn = torch::Tensor (*)(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+// The attention library's own choices for a run (result file fields), {} when there are none.
+using AttentionBackendFn = nlohmann::json (*)(const AttentionShape& shape, Precision precision,
+                                              const torch::Device& device);
+// The fused [gate | up] projection output [..., 2F] -> silu(gate) * up [..., F].
+using ActivationFn = torch::Tensor (*)(const torch::Tensor& gate_up);
+// logits [N, V], labels [N] -> mean cross-entropy over the rows whose label is not ignore_index.
+using LossFn = torch::Tensor (*)(const torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index);
+
+template <class Kind, class Fn>
+struct Implementation {
+  Kind kind;
+  const char* name;         // short, for tables and the benchmark: "tt::ops::rms_norm"
+  const char* description;  // what it is, for result files
+  Fn fn;
+};
+
+struct AttentionImplementation : Implementation<AttentionKind, AttentionFn> {
+  AttentionBackendFn backend;
+};
+
+// The optimizer is built by the training layer (apps/train/optimizer.h); the catalog only names it.
+struct OptimizerImplementation {
+  OptimizerKind kind;
+  const char* name;
+  const char* description;
+};
+
+const std::vector<Implementation<NormKind, NormFn>>& norm_implementations();
+const std::vector<Implementation<RopeKind, RopeFn>>& rope_implementations();
+const std::vector<AttentionImplementation>& attention_implementations();
+const std::vector<Implementation<ActivationKind, ActivationFn>>& activation_implementations();
+const std::vector<Implementation<LossKind, LossFn>>& loss_implementations();
+const std::vector<OptimizerImplementation>& optimizer_implementations();
+
+// The catalog entry of a kind.
+const Implementation<NormKind, NormFn>& implementation(NormKind kind);
+const Implementation<RopeKind, RopeFn>& implementation(RopeKind kind);
+const AttentionImplementation& implementation(AttentionKind kind);
+const Implementation<ActivationKind, ActivationFn>& implementation(ActivationKind kind);
+const Implementation<LossKind, LossFn>& implementation(LossKind kind);
+const OptimizerImplementation& implementation(OptimizerKind kind);
+
+// The stage as result files record it: name, summary and what each component is.
 nlohmann::json to_json(const StageSpec& spec);
 
 }  // namespace tt

@@ -2,8 +2,8 @@
 
 #include <set>
 
-#include "kernels/ops/cross_entropy.h"
 #include "models/reference.h"
+#include "models/scoped_range.h"
 
 namespace tt {
 
@@ -37,8 +37,7 @@ torch::Tensor TransformerImpl::loss(const torch::Tensor& input_ids, const torch:
   auto logits = forward(input_ids);
   auto flat_logits = logits.view({-1, config_.vocab_size});
   auto flat_labels = labels.reshape({-1});
-  if (spec_.loss == LossKind::kCustom) return ops::cross_entropy(flat_logits, flat_labels, reference::kIgnoreIndex);
-  return reference::cross_entropy(flat_logits, flat_labels, reference::kIgnoreIndex);
+  return implementation(spec_.loss).fn(flat_logits, flat_labels, reference::kIgnoreIndex);
 }
 
 std::vector<CanonicalSlice> TransformerImpl::canonical_layout() const {

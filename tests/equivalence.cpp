@@ -9,7 +9,7 @@ StageSnapshot snapshot(Trainer& trainer, const torch::Tensor& inputs, const torc
   StageSnapshot s;
   {
     torch::NoGradGuard no_grad;
-    AutocastScope autocast(trainer.device(), trainer.mixed_precision());
+    AutocastScope autocast(trainer.device(), trainer.precision());
     s.logits = trainer.model()->forward(inputs).to(torch::kCPU, torch::kFloat32);
   }
   trainer.optimizer().zero_grad();

@@ -9,7 +9,7 @@
 
 #include <torch/torch.h>
 
-#include "apps/runtime/trainer.h"
+#include "apps/train/trainer.h"
 #include "models/stage.h"
 
 namespace tt::testing {

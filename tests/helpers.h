@@ -7,9 +7,11 @@
 #include <functional>
 #include <string>
 
+#include "apps/report/training_run.h"
+#include "apps/train/trainer.h"
+#include "models/config.h"
 #include "models/stage.h"
 #include "models/transformer.h"
-#include "models/config.h"
 
 namespace tt::testing {
 
@@ -55,6 +57,13 @@ inline Transformer spread_out_model(const StageSpec& spec, uint64_t seed) {
   Transformer model(m, spec);
   model->init_weights(seed);
   return model;
+}
+
+// A whole training run of a fresh trainer, as the stage executables do it; returns the result JSON.
+inline nlohmann::json train_result(const StageSpec& spec, const RunConfig& config, const torch::Device& device,
+                                   std::ostream& log, const RunExtras& extras = {}) {
+  Trainer trainer(spec, config, device);
+  return run_training(trainer, extras, log);
 }
 
 #define TT_REQUIRE_GPU()                                                                   \

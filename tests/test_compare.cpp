@@ -7,8 +7,9 @@
 #include <functional>
 #include <sstream>
 
-#include "apps/runtime/compare.h"
-#include "apps/runtime/results.h"
+#include "apps/cli/compare_cli.h"
+#include "apps/report/compare.h"
+#include "apps/report/results.h"
 
 namespace tt::compare {
 namespace {
@@ -39,7 +40,7 @@ struct Outcome {
 };
 Outcome compare(const std::vector<std::string>& args) {
   std::ostringstream out, err;
-  const int code = run_compare(args, out, err);
+  const int code = tt::compare_main(args, out, err);
   return {code, out.str(), err.str()};
 }
 

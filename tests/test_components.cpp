@@ -19,10 +19,10 @@ TEST(RMSNorm, MatchesHandComputedValues) {
   const double eps = 1e-6;
   auto expected = torch::tensor({{3.0 / std::sqrt(12.5 + eps), 8.0 / std::sqrt(12.5 + eps)},
                                  {1.0 / std::sqrt(1.0 + eps), -2.0 / std::sqrt(1.0 + eps)}}, torch::kFloat32);
-  for (NormKind kind : {NormKind::kReference, NormKind::kFused, NormKind::kCustom}) {
+  for (NormKind kind : {NormKind::kReference, NormKind::kAtenFused, NormKind::kOurKernel}) {
     RMSNorm norm(2, eps, kind);
     norm->weight.data().copy_(w);
-    EXPECT_LT(rel_error(norm->forward(x), expected), 1e-6) << to_string(kind);
+    EXPECT_LT(rel_error(norm->forward(x), expected), 1e-6) << implementation(kind).name;
   }
 }
 
@@ -60,7 +60,7 @@ TEST(RoPE, AllKindsAgree) {
   c.max_seq_len = 64;
   auto q = torch::randn({2, 9, 4, 8});
   auto k = torch::randn({2, 9, 2, 8});
-  Rotary ref(c, RopeKind::kReference), cached(c, RopeKind::kCachedTables), custom(c, RopeKind::kCustom);
+  Rotary ref(c, RopeKind::kReference), cached(c, RopeKind::kCachedTables), custom(c, RopeKind::kOurKernel);
   auto [q0, k0] = ref->forward(q, k, 3);
   auto [q1, k1] = cached->forward(q, k, 3);
   auto [q2, k2] = custom->forward(q, k, 3);

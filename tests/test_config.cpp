@@ -2,7 +2,7 @@
 
 #include <fstream>
 
-#include "apps/runtime/cli.h"
+#include "apps/cli/stage_cli.h"
 #include "models/config.h"
 #include "tests/helpers.h"
 
@@ -73,6 +73,12 @@ TEST(Config, UnknownKeysWrongTypesAndMalformedJsonAreErrors) {
             std::string::npos);
   EXPECT_NE(error_of([] { run_config_from_json(json{{"model", 3}}, "f.json"); }).find("must be a JSON object"),
             std::string::npos);
+  EXPECT_NE(error_of([] { run_config_from_json(json{{"training", {{"dtype", "fp16"}}}}, "f.json"); })
+                .find("field \"training.dtype\" = \"fp16\" is not allowed: must be \"fp32\" or \"bf16\""),
+            std::string::npos);
+  EXPECT_NE(error_of([] { run_config_from_json(json{{"training", {{"dtype", 16}}}}, "f.json"); })
+                .find("\"training.dtype\" must be \"fp32\" or \"bf16\""),
+            std::string::npos);
   const std::string path = ::testing::TempDir() + "/malformed.json";
   std::ofstream(path) << "{\"model\": {";
   EXPECT_NE(error_of([&] { load_run_config(path); }).find("is not valid JSON"), std::string::npos);
@@ -112,7 +118,6 @@ TEST(Config, EveryValidationRuleNamesFieldValueAndRule) {
       {[](RunConfig& c) { c.training.adam_eps = 0; }, "training.adam_eps", "must be > 0"},
       {[](RunConfig& c) { c.training.weight_decay = -0.1; }, "training.weight_decay", "must be >= 0"},
       {[](RunConfig& c) { c.training.grad_clip = -1; }, "training.grad_clip", "must be >= 0"},
-      {[](RunConfig& c) { c.training.dtype = "fp16"; }, "training.dtype", "= \"fp16\" is not allowed: must be \"fp32\" or \"bf16\""},
       {[](RunConfig& c) { c.training.device = "tpu"; }, "training.device", "must be \"auto\", \"cpu\" or \"cuda\""},
       {[](RunConfig& c) { c.model.vocab_size = 100; c.training.data = "x.txt"; }, "model.vocab_size", "byte-level text needs vocab_size >= 256"},
       {[](RunConfig& c) { c.model.vocab_size = 1; }, "model.vocab_size", "synthetic tokens are drawn from [1, vocab_size)"},
@@ -139,7 +144,7 @@ TEST(CommandLine, FlagsOverrideConfigFields) {
   EXPECT_EQ(c.model.n_heads, 4);
   EXPECT_EQ(c.model.n_kv_heads, 2);
   EXPECT_DOUBLE_EQ(c.training.learning_rate, 1e-3);
-  EXPECT_EQ(c.training.dtype, "bf16");
+  EXPECT_EQ(c.training.dtype, Precision::kBf16);
   EXPECT_EQ(c.training.seed, 7);
   EXPECT_EQ(c.training.warmup_steps, 1);
   EXPECT_EQ(c.training.device, "cpu");

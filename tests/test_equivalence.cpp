@@ -40,7 +40,7 @@ TEST_P(StageEquivalence, MatchesV1InFp32) {
 TEST_P(StageEquivalence, MatchesV1InBf16WithinTwiceV1sOwnError) {
   RunConfig fp32 = testing::smoke_config();
   RunConfig bf16 = fp32;
-  bf16.training.dtype = "bf16";
+  bf16.training.dtype = Precision::kBf16;
   auto baseline = run_equivalence(stages::v1_baseline(), bf16, stages::v1_baseline(), fp32, torch::kCPU);
   auto candidate = run_equivalence(GetParam()(), bf16, stages::v1_baseline(), fp32, torch::kCPU);
   for (size_t i = 0; i < 2; ++i)

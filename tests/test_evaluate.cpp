@@ -4,16 +4,19 @@
 #include <fstream>
 #include <sstream>
 
-#include "apps/runtime/cli.h"
-#include "apps/runtime/evaluate.h"
-#include "apps/runtime/results.h"
-#include "apps/runtime/trainer.h"
+#include "apps/cli/stage_cli.h"
+#include "apps/report/evaluation_report.h"
+#include "apps/train/evaluate.h"
+#include "apps/report/results.h"
+#include "apps/report/training_run.h"
+#include "apps/train/trainer.h"
 #include "tests/helpers.h"
 
 namespace tt {
 namespace {
 
 using testing::smoke_config;
+using testing::train_result;
 
 torch::Tensor random_bytes(int64_t n, uint64_t seed) {
   auto gen = at::detail::createCPUGenerator(seed);
@@ -50,17 +53,17 @@ TEST(Evaluate, EqualsTheHandComputedMeanOverFullWindows) {
     Transformer model = testing::spread_out_model(spec, 7);
     const double expected = hand_computed_loss(model, tokens, seq_len);
     // Batches of 2 leave a last batch of one window: the mean must still weight every token once.
-    const EvalResult r = evaluate(model, tokens, seq_len, 2, torch::kCPU, false);
+    const EvalResult r = evaluate(model, tokens, seq_len, 2, torch::kCPU, Precision::kFp32);
     EXPECT_EQ(r.windows, 5);
     EXPECT_EQ(r.tokens, 40);
     EXPECT_EQ(r.dropped_bytes, 7);
     EXPECT_NEAR(r.loss, expected, 1e-5 * expected) << spec.name;
     EXPECT_NEAR(r.perplexity, std::exp(expected), 1e-5 * std::exp(expected)) << spec.name;
     for (int64_t batch : {1, 3, 5, 64})
-      EXPECT_NEAR(evaluate(model, tokens, seq_len, batch, torch::kCPU, false).loss, expected, 1e-5 * expected)
+      EXPECT_NEAR(evaluate(model, tokens, seq_len, batch, torch::kCPU, Precision::kFp32).loss, expected, 1e-5 * expected)
           << spec.name << ", batch " << batch;
     // Without the trailing bytes: the same windows, the same loss.
-    EXPECT_EQ(evaluate(model, tokens.narrow(0, 0, 45), seq_len, 2, torch::kCPU, false).loss, r.loss) << spec.name;
+    EXPECT_EQ(evaluate(model, tokens.narrow(0, 0, 45), seq_len, 2, torch::kCPU, Precision::kFp32).loss, r.loss) << spec.name;
     EXPECT_TRUE(model->is_training()) << "evaluate must restore the training mode";
   }
 }
@@ -68,8 +71,8 @@ TEST(Evaluate, EqualsTheHandComputedMeanOverFullWindows) {
 TEST(Evaluate, Bf16AutocastStaysCloseToFp32) {
   Transformer model = testing::spread_out_model(stages::v2_fused(), 7);
   auto tokens = random_bytes(4 * 17, 12);
-  const double fp32 = evaluate(model, tokens, 16, 4, torch::kCPU, false).loss;
-  const double bf16 = evaluate(model, tokens, 16, 4, torch::kCPU, true).loss;
+  const double fp32 = evaluate(model, tokens, 16, 4, torch::kCPU, Precision::kFp32).loss;
+  const double bf16 = evaluate(model, tokens, 16, 4, torch::kCPU, Precision::kBf16).loss;
   EXPECT_NE(fp32, bf16) << "bf16 must actually run under autocast";
   EXPECT_NEAR(bf16, fp32, 0.02 * fp32);
 }
@@ -91,7 +94,7 @@ TEST(Evaluate, RejectsShortDataAndNonByteVocabs) {
   m.vocab_size = 100;
   Transformer small(m, stages::v1_baseline());
   try {
-    evaluate(small, random_bytes(20, 1) % 100, 8, 2, torch::kCPU, false);
+    evaluate(small, random_bytes(20, 1) % 100, 8, 2, torch::kCPU, Precision::kFp32);
     FAIL() << "expected an error for vocab_size < 256";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("model.vocab_size = 100 is not allowed, it must be >= 256"), std::string::npos)
@@ -111,12 +114,14 @@ TEST(Evaluate, EvalEveryAddsAHeldOutCurveWithoutChangingTraining) {
   c.training.num_steps = 6;
   c.training.warmup_steps = 2;
   std::ostringstream log;
-  const auto plain = Trainer(stages::v2_fused(), c, torch::kCPU).run(log);
+  const auto plain = train_result(stages::v2_fused(), c, torch::kCPU, log);
   EXPECT_FALSE(plain.contains("evaluation"));
 
   Trainer trainer(stages::v2_fused(), c, torch::kCPU);
-  trainer.set_eval_data(load_eval_data(c.training.data, c.training.seq_len), 3);
-  const auto result = trainer.run(log);
+  RunExtras extras;
+  extras.eval_data = load_eval_data(c.training.data, c.training.seq_len);
+  extras.eval_every = 3;
+  const auto result = run_training(trainer, extras, log);
   EXPECT_NO_THROW(validate_result_json(result));
   EXPECT_EQ(result["losses"], plain["losses"]) << "evaluation must not change training";
   const auto& e = result["evaluation"];
@@ -129,7 +134,7 @@ TEST(Evaluate, EvalEveryAddsAHeldOutCurveWithoutChangingTraining) {
   EXPECT_LT(e["curve"][2]["loss"].get<double>(), e["curve"][0]["loss"].get<double>()) << log.str();
   EXPECT_EQ(e["loss"].get<double>(),
             evaluate(trainer.model(), load_eval_data(c.training.data, c.training.seq_len).tokens, c.training.seq_len,
-                     c.training.batch_size, torch::kCPU, false)
+                     c.training.batch_size, torch::kCPU, Precision::kFp32)
                 .loss);
   EXPECT_NE(log.str().find("eval after step 3/8 | held-out loss"), std::string::npos) << log.str();
 
@@ -171,7 +176,7 @@ TEST(Evaluate, EvalOnlyRunWritesAValidEvalResult) {
   auto tokens = testing::random_tokens(2, 17, 256, 3);
   trainer.step(tokens.narrow(1, 0, 16), tokens.narrow(1, 1, 16));
   const std::string checkpoint = ::testing::TempDir() + "/eval_only.pt";
-  trainer.save_checkpoint(checkpoint);
+  trainer.save_checkpoint(checkpoint, /*overwrite=*/true);
   const std::string data = repetitive_text_file();
   const std::string output = ::testing::TempDir() + "/eval_only.json";
 
@@ -190,7 +195,7 @@ TEST(Evaluate, EvalOnlyRunWritesAValidEvalResult) {
   EXPECT_EQ(result["checkpoint"]["stage"], "v1_baseline");
   EXPECT_EQ(result["stage"]["name"], "v2_fused");
   const auto expected = evaluate(trainer.model(), load_eval_data(data, c.training.seq_len).tokens, c.training.seq_len,
-                                 c.training.batch_size, torch::kCPU, false);
+                                 c.training.batch_size, torch::kCPU, Precision::kFp32);
   EXPECT_NEAR(result["evaluation"]["loss"].get<double>(), expected.loss, 1e-5 * expected.loss);
   EXPECT_EQ(result["evaluation"]["windows"], expected.windows);
 

@@ -3,9 +3,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "apps/runtime/generate_cli.h"
-#include "apps/runtime/generation.h"
-#include "apps/runtime/trainer.h"
+#include "apps/cli/generate_cli.h"
+#include "apps/train/generation.h"
+#include "apps/report/training_run.h"
+#include "apps/train/trainer.h"
 #include "models/checkpoint.h"
 #include "tests/helpers.h"
 
@@ -133,9 +134,9 @@ const std::string& trained_checkpoint() {
     c.training.warmup_steps = 0;
     Trainer trainer(stages::v2_fused(), c, torch::kCPU);
     std::ostringstream log;
-    trainer.run(log);
+    run_training(trainer, {}, log);
     const std::string p = ::testing::TempDir() + "/generation_trained.pt";
-    trainer.save_checkpoint(p);
+    trainer.save_checkpoint(p, /*overwrite=*/true);
     return p;
   }();
   return path;
@@ -144,7 +145,7 @@ const std::string& trained_checkpoint() {
 TEST(Generation, TrainedModelContinuesThePattern) {
   const Checkpoint ck = read_checkpoint(trained_checkpoint());
   Transformer model(ck.config.model, stages::v2_fused());
-  restore_checkpoint(ck, model, nullptr);
+  restore_weights(ck, model);
   GenerationOptions o;
   o.max_new_tokens = 20;
   const std::string text = bytes_to_text(generate(model, byte_tokens("the quick brown "), o, torch::kCPU).tokens);
@@ -178,7 +179,7 @@ TEST(GenerateCli, HelpDocumentsEveryFlagWithItsDefault) {
 TEST(GenerateCli, ErrorsNameTheValueAndWhatIsAllowed) {
   RunConfig c = smoke_config();
   const std::string checkpoint = ::testing::TempDir() + "/generate_untrained.pt";
-  Trainer(stages::v1_baseline(), c, torch::kCPU).save_checkpoint(checkpoint);
+  Trainer(stages::v1_baseline(), c, torch::kCPU).save_checkpoint(checkpoint, /*overwrite=*/true);
 
   auto expect_error = [](const std::vector<std::string>& args, int code, const std::string& text) {
     const auto r = run_generate(args);
@@ -206,7 +207,7 @@ TEST(GenerateCli, ErrorsNameTheValueAndWhatIsAllowed) {
   RunConfig small = smoke_config();
   small.model.vocab_size = 100;
   const std::string small_checkpoint = ::testing::TempDir() + "/generate_small_vocab.pt";
-  Trainer(stages::v1_baseline(), small, torch::kCPU).save_checkpoint(small_checkpoint);
+  Trainer(stages::v1_baseline(), small, torch::kCPU).save_checkpoint(small_checkpoint, /*overwrite=*/true);
   expect_error({"--checkpoint", small_checkpoint, "--prompt", "hi"}, 1,
                "model.vocab_size = 100 is too small for byte tokens: generate needs vocab_size >= 256");
 

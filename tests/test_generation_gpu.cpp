@@ -2,9 +2,9 @@
 // kernels at positions > 0, bf16 caches under autocast. Every test skips without a GPU.
 #include <gtest/gtest.h>
 
-#include "apps/runtime/device.h"
-#include "apps/runtime/evaluate.h"
-#include "apps/runtime/generation.h"
+#include "apps/train/device.h"
+#include "apps/train/evaluate.h"
+#include "apps/train/generation.h"
 #include "tests/helpers.h"
 
 namespace tt {
@@ -46,7 +46,7 @@ TEST(GenerationGpu, ChunkedForwardEqualsOneForwardInFp32AndBf16) {
   auto tokens = testing::random_tokens(2, 40, 256, 4).to(cuda);
   auto run = [&](Transformer& model, bool bf16, bool chunked) {
     torch::NoGradGuard no_grad;
-    AutocastScope autocast(cuda, bf16);
+    AutocastScope autocast(cuda, bf16 ? Precision::kBf16 : Precision::kFp32);
     if (!chunked) return model->forward(tokens).to(torch::kFloat32);
     auto caches = model->make_caches(2, 40, bf16 ? torch::kBFloat16 : torch::kFloat32, cuda);
     std::vector<torch::Tensor> parts;
@@ -73,9 +73,9 @@ TEST(GenerationGpu, EvaluationMatchesTheCpu) {
   for (const auto& spec : stages::all()) {
     Transformer cpu_model = spread_out_model(spec, torch::kCPU);
     Transformer gpu_model = spread_out_model(spec, cuda);
-    const double cpu = evaluate(cpu_model, tokens, 32, 3, torch::kCPU, false).loss;
-    EXPECT_NEAR(evaluate(gpu_model, tokens, 32, 3, cuda, false).loss, cpu, 1e-4 * cpu) << spec.name;
-    EXPECT_NEAR(evaluate(gpu_model, tokens, 32, 3, cuda, true).loss, cpu, 2e-2 * cpu) << spec.name << " bf16";
+    const double cpu = evaluate(cpu_model, tokens, 32, 3, torch::kCPU, Precision::kFp32).loss;
+    EXPECT_NEAR(evaluate(gpu_model, tokens, 32, 3, cuda, Precision::kFp32).loss, cpu, 1e-4 * cpu) << spec.name;
+    EXPECT_NEAR(evaluate(gpu_model, tokens, 32, 3, cuda, Precision::kBf16).loss, cpu, 2e-2 * cpu) << spec.name << " bf16";
   }
 }
 

@@ -3,18 +3,20 @@
 
 #include <sstream>
 
-#include "apps/runtime/results.h"
-#include "apps/runtime/trainer.h"
+#include "apps/report/results.h"
+#include "apps/train/trainer.h"
 #include "tests/equivalence.h"
 #include "tests/helpers.h"
 
 namespace tt {
 namespace {
 
+using testing::train_result;
+
 RunConfig gpu_config(const std::string& dtype) {
   RunConfig c = testing::smoke_config();
   c.training.device = "cuda";
-  c.training.dtype = dtype;
+  c.training.dtype = parse_precision(dtype, "dtype");
   return c;
 }
 
@@ -23,7 +25,7 @@ TEST(GpuTraining, EveryStageRunsAndWritesAValidResult) {
   for (const auto& spec : stages::all()) {
     for (const char* dtype : {"fp32", "bf16"}) {
       std::ostringstream log;
-      auto result = Trainer(spec, gpu_config(dtype), torch::Device(torch::kCUDA, 0)).run(log);
+      auto result = train_result(spec, gpu_config(dtype), torch::Device(torch::kCUDA, 0), log);
       EXPECT_NO_THROW(validate_result_json(result)) << spec.name << " " << dtype;
       EXPECT_GT(result["summary"]["peak_allocated_mb"].get<double>(), 0.0);
       EXPECT_TRUE(std::isfinite(result["summary"]["final_loss"].get<double>()));
@@ -35,8 +37,8 @@ TEST(GpuTraining, EveryStageRunsAndWritesAValidResult) {
 TEST(GpuTraining, SameSeedGivesIdenticalLossesOnTheGpu) {
   TT_REQUIRE_GPU();
   std::ostringstream log;
-  auto a = Trainer(stages::v1_baseline(), gpu_config("fp32"), torch::Device(torch::kCUDA, 0)).run(log)["losses"];
-  auto b = Trainer(stages::v1_baseline(), gpu_config("fp32"), torch::Device(torch::kCUDA, 0)).run(log)["losses"];
+  auto a = train_result(stages::v1_baseline(), gpu_config("fp32"), torch::Device(torch::kCUDA, 0), log)["losses"];
+  auto b = train_result(stages::v1_baseline(), gpu_config("fp32"), torch::Device(torch::kCUDA, 0), log)["losses"];
   EXPECT_EQ(a, b);
 }
 

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "apps/runtime/trainer.h"
+#include "apps/train/trainer.h"
 #include "models/checkpoint.h"
 #include "models/transformer.h"
 #include "tests/helpers.h"
@@ -112,7 +112,7 @@ TEST(Checkpoint, SaveLoadGivesIdenticalLogitsAndOptimizerState) {
     auto x = tokens.narrow(1, 0, 16), y = tokens.narrow(1, 1, 16);
     for (int i = 0; i < 3; ++i) a.step(x, y);
     const std::string path = ::testing::TempDir() + "/ck_" + spec.name + ".pt";
-    a.save_checkpoint(path);
+    a.save_checkpoint(path, /*overwrite=*/true);
 
     c.training.seed = 1234;  // different initial weights, so the load must overwrite them
     Trainer b(spec, c, torch::kCPU);
@@ -139,7 +139,7 @@ TEST(Checkpoint, IsPortableBetweenStages) {
   auto tokens = random_tokens(2, 17, 256, 9);
   v1.step(tokens.narrow(1, 0, 16), tokens.narrow(1, 1, 16));
   const std::string path = ::testing::TempDir() + "/ck_portable.pt";
-  v1.save_checkpoint(path);
+  v1.save_checkpoint(path, /*overwrite=*/true);
   c.training.seed = 99;
   Trainer v2(stages::v2_fused(), c, torch::kCPU);
   v2.load_checkpoint(path);
@@ -151,7 +151,7 @@ TEST(Checkpoint, MismatchedConfigAndForeignFilesFailClearly) {
   RunConfig c = smoke_config();
   Trainer a(stages::v1_baseline(), c, torch::kCPU);
   const std::string path = ::testing::TempDir() + "/ck_mismatch.pt";
-  a.save_checkpoint(path);
+  a.save_checkpoint(path, /*overwrite=*/true);
   c.model.n_layers = 3;
   Trainer b(stages::v1_baseline(), c, torch::kCPU);
   try {

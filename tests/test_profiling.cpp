@@ -8,10 +8,11 @@
 
 #include <torch/csrc/profiler/stubs/base.h>
 
-#include "apps/runtime/cli.h"
-#include "apps/runtime/profiling.h"
-#include "apps/runtime/results.h"
-#include "apps/runtime/trainer.h"
+#include "apps/cli/stage_cli.h"
+#include "apps/report/profiling.h"
+#include "apps/report/results.h"
+#include "apps/report/training_run.h"
+#include "apps/train/trainer.h"
 #include "tests/helpers.h"
 
 namespace tt {
@@ -87,9 +88,10 @@ TEST(Profiling, CpuRunWritesATraceAndAHotspotTableOutsideTheMeasurement) {
   const std::string trace = ::testing::TempDir() + "/tt_profile_cpu/v2.trace.json";
   std::filesystem::remove(trace);
   Trainer trainer(stages::v2_fused(), c, torch::kCPU);
-  trainer.set_profile({2, trace});
   std::ostringstream log;
-  const auto result = trainer.run(log);
+  RunExtras extras;
+  extras.profile = {2, trace};
+  const auto result = run_training(trainer, extras, log);
   EXPECT_NO_THROW(validate_result_json(result));
   // The profiled steps are extra: the measured statistics keep their sizes.
   EXPECT_EQ(result["step_ms"].size(), static_cast<size_t>(c.training.num_steps));

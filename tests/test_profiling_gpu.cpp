@@ -6,9 +6,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "apps/runtime/profiling.h"
-#include "apps/runtime/results.h"
-#include "apps/runtime/trainer.h"
+#include "apps/report/profiling.h"
+#include "apps/report/results.h"
+#include "apps/report/training_run.h"
+#include "apps/train/trainer.h"
 #include "tests/helpers.h"
 
 namespace tt {
@@ -21,9 +22,10 @@ TEST(ProfilingGpu, TraceHasKernelsAndHotspotsAddUpToGpuTime) {
   const std::string trace = ::testing::TempDir() + "/tt_profile_gpu/v2.trace.json";
   std::filesystem::remove(trace);
   Trainer trainer(stages::v2_fused(), c, torch::Device(torch::kCUDA, 0));
-  trainer.set_profile({2, trace});
   std::ostringstream log;
-  const auto result = trainer.run(log);
+  RunExtras extras;
+  extras.profile = {2, trace};
+  const auto result = run_training(trainer, extras, log);
   EXPECT_NO_THROW(validate_result_json(result));
   EXPECT_EQ(result["step_ms"].size(), static_cast<size_t>(c.training.num_steps));
 

@@ -4,15 +4,16 @@
 #include <fstream>
 #include <sstream>
 
-#include "apps/runtime/flops.h"
-#include "apps/runtime/results.h"
-#include "apps/runtime/trainer.h"
+#include "apps/report/flops.h"
+#include "apps/report/results.h"
+#include "apps/train/trainer.h"
 #include "tests/helpers.h"
 
 namespace tt {
 namespace {
 
 using testing::smoke_config;
+using testing::train_result;
 
 std::string write_repetitive_text() {
   const std::string path = ::testing::TempDir() + "/repetitive.txt";
@@ -27,7 +28,7 @@ TEST(Training, LossFallsOnALearnableTask) {
   c.training.num_steps = 40;
   c.training.warmup_steps = 0;
   std::ostringstream log;
-  auto result = Trainer(stages::v1_baseline(), c, torch::kCPU).run(log);
+  auto result = train_result(stages::v1_baseline(), c, torch::kCPU, log);
   const double first = result["summary"]["first_loss"], last = result["summary"]["final_loss"];
   EXPECT_NEAR(first, std::log(256.0), 0.2);
   EXPECT_LT(last, 0.5 * first) << log.str();
@@ -37,11 +38,11 @@ TEST(Training, SameSeedGivesIdenticalLosses) {
   for (const auto& spec : stages::all()) {
     RunConfig c = smoke_config();
     std::ostringstream log;
-    auto a = Trainer(spec, c, torch::kCPU).run(log)["losses"];
-    auto b = Trainer(spec, c, torch::kCPU).run(log)["losses"];
+    auto a = train_result(spec, c, torch::kCPU, log)["losses"];
+    auto b = train_result(spec, c, torch::kCPU, log)["losses"];
     EXPECT_EQ(a, b) << spec.name;
     c.training.seed = 43;
-    auto other = Trainer(spec, c, torch::kCPU).run(log)["losses"];
+    auto other = train_result(spec, c, torch::kCPU, log)["losses"];
     EXPECT_NE(a, other) << spec.name;
   }
 }
@@ -50,7 +51,7 @@ TEST(Training, ResultJsonValidatesAndIsComplete) {
   RunConfig c = smoke_config();
   c.training.log_every = 3;
   std::ostringstream log;
-  auto result = Trainer(stages::v2_fused(), c, torch::kCPU).run(log);
+  auto result = train_result(stages::v2_fused(), c, torch::kCPU, log);
   EXPECT_NO_THROW(validate_result_json(result));
   EXPECT_EQ(result["losses"].size(), static_cast<size_t>(c.training.warmup_steps + c.training.num_steps));
   EXPECT_EQ(result["step_ms"].size(), static_cast<size_t>(c.training.num_steps));
@@ -102,14 +103,14 @@ TEST(Flops, MatchesHandCountAndPeakTable) {
   const double per_token = 2.0 * (8.0 * (2 * 512.0 * 512 + 2 * 512.0 * 256 + 3 * 512.0 * 2048) + 512.0 * 1000) +
                            4.0 * 8 * 128 * 512;
   EXPECT_DOUBLE_EQ(training_flops_per_step(m, 8, 128), 3 * per_token * 8 * 128);
-  EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H100 80GB HBM3", "bf16")->tflops, 989.4);
-  EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H100 PCIe", "fp32")->tflops, 51.2);
-  EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H200", "fp32")->tflops, 66.9);
-  EXPECT_DOUBLE_EQ(peak_flops("AMD Instinct MI300X", "bf16")->tflops, 1307.4);
-  EXPECT_TRUE(peak_flops("AMD Instinct MI250X", "bf16").has_value());
-  EXPECT_TRUE(peak_flops("NVIDIA A100-SXM4-80GB", "bf16").has_value());
-  EXPECT_TRUE(peak_flops("AMD Instinct MI325X", "fp32").has_value());
-  EXPECT_FALSE(peak_flops("NVIDIA GeForce RTX 4090", "bf16").has_value());
+  EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H100 80GB HBM3", Precision::kBf16)->tflops, 989.4);
+  EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H100 PCIe", Precision::kFp32)->tflops, 51.2);
+  EXPECT_DOUBLE_EQ(peak_flops("NVIDIA H200", Precision::kFp32)->tflops, 66.9);
+  EXPECT_DOUBLE_EQ(peak_flops("AMD Instinct MI300X", Precision::kBf16)->tflops, 1307.4);
+  EXPECT_TRUE(peak_flops("AMD Instinct MI250X", Precision::kBf16).has_value());
+  EXPECT_TRUE(peak_flops("NVIDIA A100-SXM4-80GB", Precision::kBf16).has_value());
+  EXPECT_TRUE(peak_flops("AMD Instinct MI325X", Precision::kFp32).has_value());
+  EXPECT_FALSE(peak_flops("NVIDIA GeForce RTX 4090", Precision::kBf16).has_value());
 }
 
 }  // namespace

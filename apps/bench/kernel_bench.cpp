@@ -1,0 +1,430 @@
+#include "apps/bench/kernel_bench.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <ostream>
+
+#include <ATen/DeviceAccelerator.h>
+#include <c10/core/Event.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "apps/report/results.h"
+#include "apps/report/system_info.h"
+#include "apps/train/format.h"
+#include "models/reference.h"
+#include "models/stage.h"
+
+namespace tt::bench {
+namespace {
+
+using nlohmann::json;
+
+// ---- timing ---------------------------------------------------------------------------------------
+
+class Timer {
+ public:
+  Timer(c10::Device device, int64_t warmup, int64_t repeats, int64_t flush_bytes)
+      : device_(device),
+        warmup_(warmup),
+        repeats_(repeats),
+        flush_(torch::empty({flush_bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(device))) {}
+
+  // Milliseconds per repeat.
+  Spread time(const std::function<void()>& work) {
+    for (int64_t i = 0; i < warmup_; ++i) work();
+    const c10::Stream stream = at::accelerator::getCurrentStream(device_.index());
+    std::vector<c10::Event> starts, ends;
+    for (int64_t i = 0; i < repeats_; ++i) {
+      starts.emplace_back(device_.type(), c10::EventFlag::BACKEND_DEFAULT);
+      ends.emplace_back(device_.type(), c10::EventFlag::BACKEND_DEFAULT);
+    }
+    for (int64_t i = 0; i < repeats_; ++i) {
+      flush_.zero_();
+      starts[i].record(stream);
+      work();
+      ends[i].record(stream);
+    }
+    at::accelerator::synchronizeDevice(device_.index());
+    std::vector<double> times;
+    for (int64_t i = 0; i < repeats_; ++i) times.push_back(starts[i].elapsedTime(ends[i]));
+    return spread(times);
+  }
+
+  int64_t flush_bytes() const { return flush_.numel(); }
+
+ private:
+  c10::Device device_;
+  int64_t warmup_, repeats_;
+  torch::Tensor flush_;
+};
+
+// Peak DRAM bandwidth from vendor datasheets (GB/s), matched by device-name substring, first match wins.
+// MI250X/MI250 report each of their two dies (GCDs) as a device; the figure is per die.
+std::optional<double> datasheet_bandwidth(const std::string& name) {
+  static const std::vector<std::pair<std::string, double>> kTable = {
+      {"H200", 4800},           {"H100 NVL", 3900},       {"H100 PCIe", 2000}, {"H100", 3350},
+      {"A100-SXM4-80GB", 2039}, {"A100 80GB PCIe", 1935}, {"A100", 1555},      {"L40S", 864},
+      {"RTX 4090", 1008},       {"MI300X", 5300},         {"MI250", 1638},     {"MI210", 1638},
+  };
+  for (const auto& [fragment, gbps] : kTable)
+    if (name.find(fragment) != std::string::npos) return gbps;
+  return std::nullopt;
+}
+
+// A copy reads and writes every byte once: a practical ceiling for memory-bound kernels.
+double measured_copy_gbps(c10::Device device, Timer& timer) {
+  const int64_t bytes = std::min<int64_t>(timer.flush_bytes() / 2, int64_t{1} << 30);
+  auto src = torch::ones({bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
+  auto dst = torch::empty_like(src);
+  return 2.0 * static_cast<double>(bytes) / (timer.time([&] { dst.copy_(src); }).median * 1e6);
+}
+
+// ---- cases ----------------------------------------------------------------------------------------
+
+// One implementation of one operation. `run` does the measured work; inputs are built beforehand.
+struct Timed {
+  std::string name;
+  std::function<void()> run;
+};
+
+// One operation at one shape, dtype and pass, timed for each implementation. The first implementation
+// is the one the others are compared with.
+struct Case {
+  std::string pass;  // "forward" or "forward+backward"
+  int64_t bytes;     // minimum bytes moved, see the header comment
+  std::vector<Timed> implementations;
+};
+
+int64_t element_size(torch::ScalarType dtype) { return static_cast<int64_t>(c10::elementSize(dtype)); }
+
+// Forward and backward with autograd; torch::autograd::grad does not accumulate into .grad, so repeats
+// do not add an accumulation kernel.
+void forward_backward(const std::vector<torch::Tensor>& outputs, const std::vector<torch::Tensor>& inputs,
+                      const std::vector<torch::Tensor>& grad_outputs) {
+  torch::autograd::grad(outputs, inputs, grad_outputs);
+}
+
+torch::Tensor leaf(const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); }
+
+// The incoming gradient in the dtype `forward` produces (LibTorch ops may promote bf16 activations
+// times an fp32 weight to fp32), so the timed backward contains no cast. If `forward` throws, the
+// timing reports the implementation as unsupported; the gradient is then never used.
+torch::Tensor gradient_for(const std::function<torch::Tensor()>& forward, const torch::Tensor& grad) {
+  try {
+    torch::NoGradGuard no_grad;
+    return grad.to(forward().scalar_type());
+  } catch (const std::exception&) {
+    return grad;
+  }
+}
+
+// A family's catalog entries in benchmark order: the last (most optimised) first, since speedups are
+// measured against it; entries that share a function (two RoPE kinds that differ only in where their
+// tables come from) once, under the first one's name.
+template <class Entry>
+std::vector<const Entry*> bench_order(const std::vector<Entry>& entries) {
+  std::vector<const Entry*> out;
+  for (const auto& e : entries) {
+    const bool seen = std::any_of(out.begin(), out.end(), [&](const Entry* o) { return o->fn == e.fn; });
+    if (!seen) out.push_back(&e);
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+// Adds each entry to the forward and the forward+backward case. `outputs(fn, use_leaves)` runs the entry
+// on the plain inputs or on the leaf copies; `inputs` are the leaves, `grads` the incoming gradients.
+template <class Entry, class Outputs>
+std::vector<Case> entry_cases(const std::vector<Entry>& entries, int64_t forward_bytes, int64_t both_bytes,
+                              const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& grads,
+                              Outputs outputs) {
+  Case forward{"forward", forward_bytes, {}}, both{"forward+backward", both_bytes, {}};
+  for (const Entry* e : bench_order(entries)) {
+    auto fn = e->fn;
+    forward.implementations.push_back({e->name, [=] { outputs(fn, false); }});
+    std::vector<torch::Tensor> typed;
+    for (size_t i = 0; i < grads.size(); ++i)
+      typed.push_back(gradient_for([=] { return outputs(fn, false).at(i); }, grads[i]));
+    both.implementations.push_back({e->name, [=] { forward_backward(outputs(fn, true), inputs, typed); }});
+  }
+  return {forward, both};
+}
+
+constexpr double kNormEps = 1e-6;
+
+std::vector<Case> norm_cases(const BenchShape& shape, torch::ScalarType dtype, c10::Device device) {
+  const int64_t rows = shape.tokens(), hidden = shape.hidden, es = element_size(dtype);
+  auto options = torch::TensorOptions().device(device);
+  // bf16 activations with an fp32 weight, as under autocast.
+  auto x = torch::randn({rows, hidden}, options).to(dtype);
+  auto weight = torch::ones({hidden}, options);
+  auto xg = leaf(x), wg = leaf(weight);
+  const int64_t forward_bytes = 2 * rows * hidden * es + hidden * 4;
+  // Backward reads x, grad_y, weight and writes grad_x, grad_weight.
+  const int64_t both_bytes = forward_bytes + 3 * rows * hidden * es + 2 * hidden * 4;
+  return entry_cases(norm_implementations(), forward_bytes, both_bytes, {xg, wg},
+                     {torch::randn({rows, hidden}, options).to(dtype)}, [=](NormFn fn, bool leaves) {
+                       return std::vector<torch::Tensor>{fn(leaves ? xg : x, leaves ? wg : weight, kNormEps)};
+                     });
+}
+
+std::vector<Case> rope_cases(const BenchShape& shape, torch::ScalarType dtype, c10::Device device) {
+  const int64_t es = element_size(dtype), head_dim = shape.head_dim();
+  auto options = torch::TensorOptions().device(device);
+  auto q = torch::randn({shape.batch, shape.seq, shape.heads, head_dim}, options).to(dtype);
+  auto k = torch::randn({shape.batch, shape.seq, shape.kv_heads, head_dim}, options).to(dtype);
+  auto [cos, sin] = reference::rope_tables(shape.seq, head_dim, 10000.0, 0, device);
+  auto qg = leaf(q), kg = leaf(k);
+  const int64_t forward_bytes = 2 * (q.numel() + k.numel()) * es + 2 * cos.numel() * 4;
+  return entry_cases(rope_implementations(), forward_bytes, 2 * forward_bytes, {qg, kg},
+                     {torch::randn_like(q), torch::randn_like(k)}, [=](RopeFn fn, bool leaves) {
+                       auto [q_out, k_out] = fn(leaves ? qg : q, leaves ? kg : k, cos, sin);
+                       return std::vector<torch::Tensor>{q_out, k_out};
+                     });
+}
+
+std::vector<Case> attention_cases(const BenchShape& shape, torch::ScalarType dtype, c10::Device device) {
+  const int64_t es = element_size(dtype), head_dim = shape.head_dim();
+  auto options = torch::TensorOptions().device(device);
+  auto q = torch::randn({shape.batch, shape.heads, shape.seq, head_dim}, options).to(dtype);
+  auto k = torch::randn({shape.batch, shape.kv_heads, shape.seq, head_dim}, options).to(dtype);
+  auto v = torch::randn_like(k);
+  auto qg = leaf(q), kg = leaf(k), vg = leaf(v);
+  const int64_t forward_bytes = 2 * q.numel() * es + 2 * k.numel() * es;
+  std::vector<AttentionImplementation> entries = attention_implementations();
+  return entry_cases(entries, forward_bytes, 3 * forward_bytes, {qg, kg, vg}, {torch::randn_like(q)},
+                     [=](AttentionFn fn, bool leaves) {
+                       return std::vector<torch::Tensor>{fn(leaves ? qg : q, leaves ? kg : k, leaves ? vg : v)};
+                     });
+}
+
+std::vector<Case> activation_cases(const BenchShape& shape, torch::ScalarType dtype, c10::Device device) {
+  const int64_t rows = shape.tokens(), ffn = shape.ffn, es = element_size(dtype);
+  auto options = torch::TensorOptions().device(device);
+  auto gate_up = torch::randn({rows, 2 * ffn}, options).to(dtype);
+  auto gate_up_g = leaf(gate_up);
+  // Backward reads grad_out and gate_up and writes grad_gate_up.
+  return entry_cases(activation_implementations(), 3 * rows * ffn * es, 8 * rows * ffn * es, {gate_up_g},
+                     {torch::randn({rows, ffn}, options).to(dtype)}, [=](ActivationFn fn, bool leaves) {
+                       return std::vector<torch::Tensor>{fn(leaves ? gate_up_g : gate_up)};
+                     });
+}
+
+std::vector<Case> loss_cases(const BenchShape& shape, torch::ScalarType dtype, c10::Device device) {
+  const int64_t rows = shape.tokens(), vocab = shape.vocab, es = element_size(dtype);
+  auto options = torch::TensorOptions().device(device);
+  auto logits = torch::randn({rows, vocab}, options).to(dtype);
+  auto labels = torch::randint(vocab, {rows}, options.dtype(torch::kInt64));
+  auto logits_g = leaf(logits);
+  const int64_t forward_bytes = rows * vocab * es + rows * 8;
+  // Backward reads the logits again and writes their gradient.
+  return entry_cases(loss_implementations(), forward_bytes, forward_bytes + 2 * rows * vocab * es, {logits_g},
+                     {torch::ones({}, options)}, [=](LossFn fn, bool leaves) {
+                       return std::vector<torch::Tensor>{
+                           fn(leaves ? logits_g : logits, labels, reference::kIgnoreIndex)};
+                     });
+}
+
+// Not a catalog family: the measurement behind the SDPA entry's fp32 rule (models/stage.cpp). With grouped
+// K/V heads in fp32, SDPA's flash and memory-efficient kernels refuse enable_gqa and LibTorch falls back to
+// its math path; v2 instead repeats K/V to all heads and keeps the memory-efficient kernel.
+std::vector<Case> sdpa_gqa_cases(const BenchShape& shape, torch::ScalarType dtype, c10::Device device) {
+  const int64_t es = element_size(dtype), head_dim = shape.head_dim(), n_rep = shape.heads / shape.kv_heads;
+  auto options = torch::TensorOptions().device(device);
+  auto q = torch::randn({shape.batch, shape.heads, shape.seq, head_dim}, options).to(dtype);
+  auto k = torch::randn({shape.batch, shape.kv_heads, shape.seq, head_dim}, options).to(dtype);
+  auto v = torch::randn_like(k);
+  auto grad = torch::randn_like(q);
+  auto qg = leaf(q), kg = leaf(k), vg = leaf(v);
+  auto expanded = [n_rep](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return at::scaled_dot_product_attention(q, k.repeat_interleave(n_rep, 1), v.repeat_interleave(n_rep, 1), {}, 0.0,
+                                            true);
+  };
+  auto native = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, true, std::nullopt, /*enable_gqa=*/true);
+  };
+  Case forward{"forward", 2 * q.numel() * es + 2 * k.numel() * es, {}};
+  forward.implementations = {
+      {"expanded K/V (v2)", [=] { expanded(q, k, v); }},
+      {"enable_gqa", [=] { native(q, k, v); }},
+  };
+  Case both{"forward+backward", 3 * forward.bytes, {}};
+  both.implementations = {
+      {"expanded K/V (v2)", [=] { forward_backward({expanded(qg, kg, vg)}, {qg, kg, vg}, {grad}); }},
+      {"enable_gqa", [=] { forward_backward({native(qg, kg, vg)}, {qg, kg, vg}, {grad}); }},
+  };
+  return {forward, both};
+}
+
+using CaseBuilder = std::vector<Case> (*)(const BenchShape&, torch::ScalarType, c10::Device);
+
+const std::vector<std::pair<std::string, CaseBuilder>>& builders() {
+  static const std::vector<std::pair<std::string, CaseBuilder>> list = {
+      {"rms_norm", norm_cases},      {"rope", rope_cases},         {"attention", attention_cases},
+      {"swiglu", activation_cases},  {"cross_entropy", loss_cases}, {"sdpa_gqa", sdpa_gqa_cases},
+  };
+  return list;
+}
+
+torch::ScalarType dtype_of(const std::string& name) { return name == "bf16" ? torch::kBFloat16 : torch::kFloat32; }
+
+bool selected(const std::vector<std::string>& list, const std::string& item) {
+  return std::find(list.begin(), list.end(), item) != list.end();
+}
+
+void print_row(std::ostream& out, const std::vector<std::string>& cells) {
+  static const std::vector<int> kWidths = {11, 9, 5, 17, 33, 10, 10, 10, 9, 7, 8};
+  for (size_t i = 0; i < cells.size(); ++i) {
+    std::string cell = cells[i];
+    if (i + 1 < cells.size() && cell.size() < static_cast<size_t>(kWidths[i])) cell.resize(kWidths[i], ' ');
+    out << cell << (i + 1 < cells.size() ? " " : "\n");
+  }
+}
+
+}  // namespace
+
+const std::vector<BenchShape>& shapes() {
+  static const std::vector<BenchShape> list = {
+      {"workshop", 8, 128, 512, 8, 4, 2048, 1000},
+      {"medium", 4, 512, 2048, 32, 16, 8192, 32000},
+  };
+  return list;
+}
+
+const std::vector<std::string>& families() {
+  static const std::vector<std::string> list = [] {
+    std::vector<std::string> names;
+    for (const auto& [name, builder] : builders()) names.push_back(name);
+    return names;
+  }();
+  return list;
+}
+
+const std::vector<std::string>& dtypes() {
+  static const std::vector<std::string> list = {"fp32", "bf16"};
+  return list;
+}
+
+int run(const BenchOptions& options, std::ostream& out, std::ostream& err) {
+#if !defined(TT_BACKEND_CUDA) && !defined(TT_BACKEND_HIP)
+  err << "kernel_bench: this build has no GPU kernels (CMake found neither CUDA nor HIP); nothing to measure.\n";
+  return 1;
+#endif
+  if (!torch::cuda::is_available()) {
+    err << "kernel_bench: no GPU found (torch::cuda::is_available() is false); nothing to measure.\n";
+    return 1;
+  }
+  if (options.device_index >= static_cast<int64_t>(torch::cuda::device_count())) {
+    err << "kernel_bench: --device-index " << options.device_index << " but only " << torch::cuda::device_count()
+        << " GPU(s) are visible.\n";
+    return 1;
+  }
+  const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(options.device_index));
+  at::accelerator::setDeviceIndex(device.index());
+  torch::manual_seed(0);
+
+  Timer timer(device, options.warmup, options.repeats, options.flush_mib << 20);
+  const SystemInfo system = collect_system_info(device);
+  const double copy_gbps = measured_copy_gbps(device, timer);
+  const auto datasheet_gbps = datasheet_bandwidth(system.device_name);
+  out << "GPU " << system.device_name << " (" << system.runtime_version << ", " << system.driver_version
+      << "), LibTorch " << system.libtorch_version << "\n"
+      << "Bandwidth: measured copy " << strprintf("%.0f", copy_gbps) << " GB/s"
+      << (datasheet_gbps ? strprintf(", datasheet peak %.0f GB/s", *datasheet_gbps) : "")
+      << "\nTimes: GPU event time, median (p10-p90) over " << options.repeats << " repeats after " << options.warmup
+      << " warm-up runs, caches flushed (" << options.flush_mib << " MiB) before each.\n"
+      << "'copy %' = achieved GB/s / measured copy GB/s; 'speedup' = this row's median / the case's first row's "
+         "median (the catalog's most optimised entry, or v2's choice for sdpa_gqa).\n\n";
+  print_row(out, {"kernel", "shape", "dtype", "pass", "implementation", "median us", "p10 us", "p90 us", "GB/s",
+                  "copy %", "speedup"});
+
+  json results = json::array();
+  for (const auto& [family, builder] : builders()) {
+    if (!selected(options.families, family)) continue;
+    for (const auto& shape : shapes()) {
+      if (!selected(options.shapes, shape.name)) continue;
+      for (const auto& dtype_name : options.dtypes) {
+        for (const auto& bench_case : builder(shape, dtype_of(dtype_name), device)) {
+          std::optional<double> first_ms;
+          for (const auto& impl : bench_case.implementations) {
+            json row = {{"kernel", family},
+                        {"shape", {{"name", shape.name}, {"batch", shape.batch}, {"seq", shape.seq},
+                                   {"hidden", shape.hidden}, {"heads", shape.heads}, {"kv_heads", shape.kv_heads},
+                                   {"ffn", shape.ffn}, {"vocab", shape.vocab}}},
+                        {"dtype", dtype_name},
+                        {"pass", bench_case.pass},
+                        {"implementation", impl.name},
+                        {"bytes", bench_case.bytes}};
+            Spread stats;
+            try {
+              stats = timer.time(impl.run);
+            } catch (const std::exception& error) {
+              // A baseline LibTorch does not support at this dtype is reported, not fatal.
+              row["error"] = error.what();
+              results.push_back(row);
+              print_row(out, {family, shape.name, dtype_name, bench_case.pass, impl.name, "unsupported", "", "", "",
+                              "", ""});
+              continue;
+            }
+            const double gbps = static_cast<double>(bench_case.bytes) / (stats.median * 1e6);
+            const bool first = &impl == &bench_case.implementations.front();
+            if (first) first_ms = stats.median;
+            row["median_ms"] = stats.median;
+            row["p10_ms"] = stats.p10;
+            row["p90_ms"] = stats.p90;
+            row["min_ms"] = stats.min;
+            row["gbps"] = gbps;
+            row["fraction_of_copy_bandwidth"] = gbps / copy_gbps;
+            if (datasheet_gbps) row["fraction_of_datasheet_bandwidth"] = gbps / *datasheet_gbps;
+            std::string speedup = "-";
+            if (!first && first_ms) {
+              row["custom_speedup"] = stats.median / *first_ms;
+              speedup = strprintf("%.2fx", stats.median / *first_ms);
+            }
+            results.push_back(row);
+            print_row(out, {family, shape.name, dtype_name, bench_case.pass, impl.name,
+                            strprintf("%.1f", stats.median * 1e3), strprintf("%.1f", stats.p10 * 1e3),
+                            strprintf("%.1f", stats.p90 * 1e3), strprintf("%.0f", gbps),
+                            strprintf("%.0f", 100 * gbps / copy_gbps), speedup});
+          }
+        }
+      }
+    }
+  }
+
+  json device_json = {{"name", system.device_name},
+                      {"backend", system.backend},
+                      {"runtime_version", system.runtime_version},
+                      {"driver_version", system.driver_version},
+                      {"measured_copy_gbps", copy_gbps}};
+  if (datasheet_gbps) device_json["datasheet_peak_gbps"] = *datasheet_gbps;
+  const json report = {
+      {"tool", "kernel_bench"},
+      {"timestamp", system.timestamp},
+      {"git_commit", system.git_commit},
+      {"libtorch_version", system.libtorch_version},
+      {"system", to_json(system)},
+      {"device", device_json},
+      {"settings",
+       {{"warmup", options.warmup},
+        {"repeats", options.repeats},
+        {"flush_mib", options.flush_mib},
+        {"bytes", "minimum bytes moved: each input read once, each output written once"}}},
+      {"results", results},
+  };
+  try {
+    write_json_atomically(options.output, report, /*overwrite=*/true);
+  } catch (const std::exception& e) {
+    err << "kernel_bench: " << e.what() << "\n";
+    return 1;
+  }
+  out << "\nWrote " << options.output << "\n";
+  return 0;
+}
+
+}  // namespace tt::bench

@@ -1,0 +1,22 @@
+// What every command line of the project shares: parsing with cxxopts into a clear error, and printing an
+// exception's message without LibTorch's C++ backtrace.
+#pragma once
+
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <cxxopts.hpp>
+
+#include "models/config.h"
+
+namespace tt {
+
+// Parses args (without the program name); a bad flag, a bad value or a stray argument throws ConfigError
+// "command line: <what> (see --help)". Positional arguments declared with parse_positional are allowed.
+cxxopts::ParseResult parse_flags(cxxopts::Options& options, const std::vector<std::string>& args);
+
+// The message for the user: c10::Error's without its backtrace, any other exception's what().
+std::string error_message(const std::exception& error);
+
+}  // namespace tt

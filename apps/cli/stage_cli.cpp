@@ -1,0 +1,243 @@
+#include "apps/cli/stage_cli.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cxxopts.hpp>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+
+#include "apps/cli/command_line.h"
+#include "apps/report/evaluation_report.h"
+#include "apps/report/profiling.h"
+#include "apps/report/results.h"
+#include "apps/report/system_info.h"
+#include "apps/report/training_run.h"
+#include "apps/train/device.h"
+#include "apps/train/trainer.h"
+
+namespace tt {
+namespace {
+
+// The config fields with a flag, in the --help group of their section.
+void add_config_flags(cxxopts::Options& o) {
+  for (const auto& f : config_fields()) {
+    if (!f.flag) continue;
+    const bool model = f.path.rfind("model.", 0) == 0;
+    const std::string help =
+        std::string(f.help) + (*f.help ? " " : "") + "[" + f.path + ", default " + f.default_value + "]";
+    o.add_options(model ? "Model (override config fields)" : "Training (override config fields)")(
+        f.flag, help, cxxopts::value<std::string>());
+  }
+}
+
+cxxopts::Options make_options(const std::string& program) {
+  cxxopts::Options o(program,
+                     "Train the TinyTransformer model with this stage's components and write a result JSON.\n"
+                     "Flags override fields of the --config file; unset fields keep the built-in defaults\n"
+                     "(which equal configs/workshop.json).");
+  o.add_options("Run")("config", "JSON config file (see configs/)", cxxopts::value<std::string>())(
+      "output", "result JSON path (default: results/<stage>_<config>_<dtype>_<UTC time>.json)",
+      cxxopts::value<std::string>())("overwrite", "replace an existing --output, trace or --save-checkpoint file")(
+      "use-amp", "the workshop's flag: same as --dtype bf16")(
+      "save-checkpoint", "write weights, optimizer state, step and config here after training",
+      cxxopts::value<std::string>())("load-checkpoint", "start from this checkpoint (its model config must match)",
+                                     cxxopts::value<std::string>())(
+      "validate", "check the config, print the effective config as JSON, and exit")(
+      "doctor", "print backend, GPU, LibTorch version and installed profilers, and exit")("help", "show this help");
+  o.add_options("Profiling")(
+      "profile",
+      "after the measured steps, record --profile-steps extra steps with LibTorch's Kineto profiler: "
+      "writes <output stem>.trace.json (open in ui.perfetto.dev) and a GPU kernel hotspot table (printed, "
+      "and under \"profile\" in the result JSON); the extra steps are not in the timing statistics")(
+      "profile-steps", "steps recorded by --profile [default 3]", cxxopts::value<int64_t>());
+  o.add_options(
+      "Evaluation (held-out loss per token and perplexity; windows of seq_len + 1 bytes, batch_size at once)")(
+      "eval-data",
+      "evaluate on this text file as bytes after training, or instead of it with --eval-only "
+      "(needs vocab_size >= 256) [default none]",
+      cxxopts::value<std::string>())(
+      "eval-every",
+      "also evaluate on --eval-data every N steps during training, outside the timed regions; "
+      "0 = only after the last step [default 0]",
+      cxxopts::value<int64_t>())(
+      "eval-only", "no training: evaluate the --load-checkpoint weights on --eval-data and write an eval result file");
+  add_config_flags(o);
+  return o;
+}
+
+template <class T>
+void override_field(const cxxopts::ParseResult& r, const char* flag, T& field) {
+  if (!r.count(flag)) return;
+  try {
+    field = r[flag].as<T>();
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw ConfigError(std::string("command line: --") + flag + ": " + e.what());
+  }
+}
+
+std::string default_output(const std::string& stage, const RunConfig& c) {
+  return "results/" + stage + "_" + c.name + "_" + to_string(c.training.dtype) + "_" + utc_timestamp(true) + ".json";
+}
+
+// A file the run would write exists and --overwrite was not given: refused before any work.
+std::optional<std::string> refuse_existing(const char* what, const std::string& path, bool overwrite) {
+  if (overwrite || path.empty() || !std::filesystem::exists(path)) return std::nullopt;
+  return std::string(what) + " '" + path + "' exists; pass --overwrite to replace it or choose another path";
+}
+
+}  // namespace
+
+ParsedCommandLine parse_command_line(const std::string& program, const std::vector<std::string>& args) {
+  auto options = make_options(program);
+  const cxxopts::ParseResult r = parse_flags(options, args);
+  ParsedCommandLine parsed;
+  parsed.help_text = options.help();
+  if (r.count("help")) {
+    parsed.help = true;
+    return parsed;
+  }
+  RunConfig& c = parsed.config;
+  if (r.count("config")) c = load_run_config(r["config"].as<std::string>());
+  for (const auto& field : config_fields())
+    if (field.flag && r.count(field.flag)) set_config_field(c, field, r[field.flag].as<std::string>());
+  if (r.count("use-amp")) {
+    if (r.count("dtype") && c.training.dtype != Precision::kBf16)
+      throw ConfigError(std::string("command line: --use-amp means --dtype bf16 but --dtype ") +
+                        to_string(c.training.dtype) + " was also given");
+    c.training.dtype = Precision::kBf16;
+  }
+  validate(c);
+
+  RunOptions& o = parsed.options;
+  override_field(r, "output", o.output);
+  o.overwrite = r.count("overwrite") > 0;
+  override_field(r, "save-checkpoint", o.save_checkpoint);
+  override_field(r, "load-checkpoint", o.load_checkpoint);
+  o.validate_only = r.count("validate") > 0;
+  o.doctor = r.count("doctor") > 0;
+  if (r.count("profile-steps") && !r.count("profile")) throw ConfigError("--profile-steps needs --profile");
+  if (r.count("profile")) {
+    o.profile_steps = kDefaultProfileSteps;
+    override_field(r, "profile-steps", o.profile_steps);
+    if (o.profile_steps < 1)
+      throw ConfigError("--profile-steps " + std::to_string(o.profile_steps) + " is not allowed: must be >= 1");
+    if (r.count("eval-only")) throw ConfigError("--profile is not allowed with --eval-only: nothing is trained");
+  }
+  override_field(r, "eval-data", o.eval_data);
+  override_field(r, "eval-every", o.eval_every);
+  o.eval_only = r.count("eval-only") > 0;
+  if (o.eval_every < 0)
+    throw ConfigError("--eval-every " + std::to_string(o.eval_every) +
+                      " is not allowed: must be >= 0 (0 = only after the last step)");
+  if ((o.eval_every > 0 || o.eval_only) && o.eval_data.empty())
+    throw ConfigError(std::string(o.eval_only ? "--eval-only" : "--eval-every") + " needs --eval-data FILE");
+  if (o.eval_only && o.load_checkpoint.empty())
+    throw ConfigError("--eval-only needs --load-checkpoint FILE: the weights to evaluate");
+  if (o.eval_only && !o.save_checkpoint.empty())
+    throw ConfigError("--save-checkpoint is not allowed with --eval-only: nothing is trained");
+  if (o.eval_only && o.eval_every > 0)
+    throw ConfigError("--eval-every is not allowed with --eval-only: nothing is trained");
+  if (!o.eval_data.empty() && !std::filesystem::exists(o.eval_data))
+    throw ConfigError("--eval-data: file '" + o.eval_data + "' does not exist");
+  if (!o.eval_data.empty() && c.model.vocab_size < 256)
+    throw ConfigError("--eval-data reads bytes as tokens: model.vocab_size = " + std::to_string(c.model.vocab_size) +
+                      " is not allowed, it must be >= 256");
+  if (!o.load_checkpoint.empty() && !std::filesystem::exists(o.load_checkpoint))
+    throw ConfigError("--load-checkpoint: file '" + o.load_checkpoint + "' does not exist");
+  if (!c.training.data.empty() && !std::filesystem::exists(c.training.data))
+    throw ConfigError("training.data: file '" + c.training.data + "' does not exist");
+  return parsed;
+}
+
+int stage_main(int argc, char** argv, const StageSpec& spec) {
+  ParsedCommandLine parsed;
+  try {
+    parsed = parse_command_line(spec.name, std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const std::exception& e) {
+    std::cerr << spec.name << ": error: " << error_message(e) << std::endl;
+    return 2;
+  }
+  if (parsed.help) {
+    std::cout << parsed.help_text << std::endl;
+    return 0;
+  }
+  if (parsed.options.doctor) {
+    std::cout << doctor_report();
+    return 0;
+  }
+  const RunConfig& config = parsed.config;
+  const RunOptions& options = parsed.options;
+  if (options.validate_only) {
+    std::cout << to_json(config).dump(2) << std::endl;
+    return 0;
+  }
+  const std::string output =
+      options.output.empty() ? default_output(spec.name + (options.eval_only ? "_eval" : ""), config) : options.output;
+  const std::string trace = trace_path_for(output);
+  // Every file the run would write is checked before any work, under one policy: never replaced without
+  // --overwrite.
+  for (const auto& refusal :
+       {refuse_existing("--output file", output, options.overwrite),
+        refuse_existing("--profile trace", options.profile_steps > 0 ? trace : "", options.overwrite),
+        refuse_existing("--save-checkpoint file", options.save_checkpoint, options.overwrite)}) {
+    if (!refusal) continue;
+    std::cerr << spec.name << ": error: " << *refusal << std::endl;
+    return 2;
+  }
+
+  torch::Device device = torch::kCPU;
+  try {
+    std::optional<EvalData> eval_data;
+    if (!options.eval_data.empty()) eval_data = load_eval_data(options.eval_data, config.training.seq_len);
+    device = resolve_device(config.training.device);
+    if (options.eval_only) {
+      const nlohmann::json result =
+          evaluate_checkpoint(spec, config, options.load_checkpoint, *eval_data, device, std::cout);
+      write_json_atomically(output, result, options.overwrite);
+      std::cout << "result written to " << output << std::endl;
+      return 0;
+    }
+    Trainer trainer(spec, config, device);
+    if (!options.load_checkpoint.empty()) trainer.load_checkpoint(options.load_checkpoint);
+    RunExtras extras;
+    extras.eval_data = std::move(eval_data);
+    extras.eval_every = options.eval_every;
+    if (options.profile_steps > 0) extras.profile = {options.profile_steps, trace};
+    nlohmann::json result = run_training(trainer, extras, std::cout);
+    if (!options.save_checkpoint.empty()) {
+      trainer.save_checkpoint(options.save_checkpoint, options.overwrite);
+      std::cout << "checkpoint written to " << options.save_checkpoint << std::endl;
+    }
+    write_json_atomically(output, result, options.overwrite);
+    const auto& s = result["summary"];
+    // The caching allocator's peak exists on the GPU only.
+    const std::string peak =
+        device.is_cuda() ? " | peak " + std::to_string(std::lround(s["peak_allocated_mb"].get<double>())) + " MB" : "";
+    std::printf(
+        "[%s] median step %.2f ms [p10 %.2f, p90 %.2f] | %.1f samples/s | %.0f tokens/s | %.2f TFLOP/s%s | loss %.4f "
+        "-> %.4f\n",
+        spec.name.c_str(), s["step_ms"]["median"].get<double>(), s["step_ms"]["p10"].get<double>(),
+        s["step_ms"]["p90"].get<double>(), s["samples_per_s"].get<double>(), s["tokens_per_s"].get<double>(),
+        s["achieved_tflops"].get<double>(), peak.c_str(),
+        s["first_loss"].is_number() ? s["first_loss"].get<double>() : NAN,
+        s["final_loss"].is_number() ? s["final_loss"].get<double>() : NAN);
+    std::cout << "result written to " << output << std::endl;
+  } catch (const c10::OutOfMemoryError& e) {
+    const auto mem = peak_memory(device);
+    std::cerr << spec.name << ": out of GPU memory on config '" << config.name << "' (batch "
+              << config.training.batch_size << ", seq " << config.training.seq_len << ", hidden "
+              << config.model.hidden_dim << ", layers " << config.model.n_layers << ", "
+              << to_string(config.training.dtype) << "): the GPU has " << (total_device_memory(device) >> 20)
+              << " MB, peak allocated by this run " << (mem.peak_allocated_bytes >> 20)
+              << " MB. No result file was written. Reduce --batch-size or --seq-len.\n"
+              << "LibTorch said: " << e.what_without_backtrace() << std::endl;
+    return 3;
+  } catch (const std::exception& e) {
+    std::cerr << spec.name << ": error: " << error_message(e) << std::endl;
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace tt

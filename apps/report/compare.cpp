@@ -1,0 +1,505 @@
+#include "apps/report/compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <ostream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "apps/report/results.h"
+#include "apps/train/format.h"
+
+namespace tt::compare {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kReferenceStage = "v1_baseline";
+// Training fields that change neither the work of a step nor the loss curve; the dtype is compared once,
+// as training.dtype.
+const std::set<std::string> kUncomparedTrainingFields = {"log_every", "device", "dtype"};
+const char* const kNoteFields[] = {"system.libtorch_version", "system.runtime_version", "system.driver_version",
+                                   "system.backend",          "system.git_commit",      "system.hostname"};
+
+// 1234567.8 -> "1,234,568"
+std::string thousands(double value) {
+  std::string digits = strprintf("%.0f", std::fabs(value));
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return (value < 0 ? "-" : "") + out;
+}
+
+// Utilisation as a percentage; below 10 % with two decimals, or small models' stages all read "0.2%".
+std::string percent(double fraction) { return strprintf(fraction < 0.1 ? "%.2f%%" : "%.1f%%", 100.0 * fraction); }
+
+// "+0.0100", "-0.0100", and "0.0000" for a delta that rounds to zero (not "-0.0000").
+std::string signed_delta(double delta) {
+  const std::string text = strprintf("%+.4f", delta);
+  return text == "+0.0000" || text == "-0.0000" ? "0.0000" : text;
+}
+
+std::string value_text(const nlohmann::json* v) {
+  if (!v) return "(missing)";
+  return v->is_string() ? "\"" + v->get<std::string>() + "\"" : v->dump();
+}
+
+const nlohmann::json* find(const nlohmann::json& root, const std::string& dotted) {
+  const nlohmann::json* node = &root;
+  std::stringstream parts(dotted);
+  std::string key;
+  while (std::getline(parts, key, '.')) {
+    if (!node->is_object() || !node->contains(key)) return nullptr;
+    node = &(*node)[key];
+  }
+  return node;
+}
+
+std::optional<double> number_at(const nlohmann::json& root, const std::string& dotted) {
+  const auto* v = find(root, dotted);
+  return v && v->is_number() ? std::optional<double>(v->get<double>()) : std::nullopt;
+}
+
+void compare_field(const Result& first, const Result& other, const std::string& field, std::vector<Difference>& out) {
+  const auto* a = find(first.json, field);
+  const auto* b = find(other.json, field);
+  if ((a == nullptr) != (b == nullptr) || (a && *a != *b))
+    out.push_back({field, first.path, value_text(a), other.path, value_text(b)});
+}
+
+std::set<std::string> keys_of(const nlohmann::json* a, const nlohmann::json* b) {
+  std::set<std::string> keys;
+  for (const auto* obj : {a, b})
+    if (obj && obj->is_object())
+      for (const auto& [k, v] : obj->items()) keys.insert(k);
+  return keys;
+}
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    switch (ch) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += ch;
+    }
+  }
+  return out;
+}
+
+// Stage labels in the SVG get about 210 px left of the bars; longer ones ("v2_fused (run_.../v2_fused)") are cut,
+// and the bar's tooltip keeps the full label.
+std::string fit_label(const std::string& label) {
+  constexpr size_t kMaxChars = 26;
+  return label.size() <= kMaxChars ? label : label.substr(0, kMaxChars - 1) + "…";
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char ch : s) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return out + "\"";
+}
+
+// Columns of the table, in the order every writer uses.
+struct Cell {
+  std::string text;
+  bool left = false;
+};
+const std::vector<std::string> kHeaders = {
+    "stage", "median ms [p10–p90]", "samples/s",  "tokens/s", "speedup", "peak MB", "mem. reduction", "TFLOP/s",
+    "MFU",   "kernels/step",        "final loss", "Δ loss"};
+
+std::vector<std::vector<Cell>> table_cells(const Comparison& c) {
+  std::vector<std::vector<Cell>> rows;
+  for (const auto& r : c.rows) {
+    std::vector<Cell> cells;
+    cells.push_back({r.label, true});
+    cells.push_back(
+        {strprintf("%.2f", r.median_ms) + " [" + strprintf("%.2f", r.p10_ms) + "–" + strprintf("%.2f", r.p90_ms) + "]"});
+    cells.push_back({strprintf("%.1f", r.samples_per_s)});
+    cells.push_back({thousands(r.tokens_per_s)});
+    cells.push_back({strprintf("%.2fx", r.speedup)});
+    cells.push_back({r.peak_mb > 0 ? strprintf("%.0f", r.peak_mb) : "-"});
+    cells.push_back({r.reference ? "ref" : r.peak_reduction ? strprintf("%.1f%%", 100.0 * *r.peak_reduction) : "-"});
+    cells.push_back({strprintf(r.tflops >= 1 ? "%.2f" : "%.3g", r.tflops)});  // CPU runs reach only 0.0x
+    cells.push_back({r.mfu ? percent(*r.mfu) : "-"});
+    cells.push_back({r.kernels_per_step
+                         ? strprintf(std::fmod(*r.kernels_per_step, 1.0) == 0 ? "%.0f" : "%.1f", *r.kernels_per_step)
+                         : "-"});
+    cells.push_back({strprintf("%.4f", r.final_loss)});
+    cells.push_back({r.reference ? "ref" : signed_delta(r.loss_delta)});
+    rows.push_back(std::move(cells));
+  }
+  return rows;
+}
+
+// Terminal columns: count UTF-8 code points, not bytes ("–" and "Δ" are one column wide).
+size_t display_width(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char ch : s)
+    if ((ch & 0xC0) != 0x80) ++n;
+  return n;
+}
+
+std::string pad(const std::string& s, size_t width, bool left) {
+  const std::string fill(width > display_width(s) ? width - display_width(s) : 0, ' ');
+  return left ? s + fill : fill + s;
+}
+
+std::string context_line(const Comparison& c) {
+  std::string line = "config " + c.config_name + " | dtype " + c.dtype + " | device " + c.device_name;
+  if (c.peak_tflops) line += " | peak " + strprintf("%.1f", *c.peak_tflops) + " TFLOP/s";
+  return line;
+}
+
+std::string reference_line(const Comparison& c) {
+  const Row& ref = c.rows[c.reference];
+  return "reference: " + ref.label + " (" + ref.path + "), " + c.reference_reason +
+         "; speedup, mem. reduction and Δ loss are relative to it";
+}
+
+constexpr const char* kColumnNotes =
+    "median ms: median step time over the measured steps, [p10–p90] its spread; peak MB: peak allocated GPU memory "
+    "(\"-\" on the CPU); MFU: achieved / peak dense FLOP/s; kernels/step: from a --profile run (\"-\" without one)";
+
+}  // namespace
+
+void assign_labels(std::vector<Result>& results) {
+  std::map<std::string, int> count;
+  for (const auto& r : results) ++count[r.json["stage"]["name"].get<std::string>()];
+  for (auto& r : results) {
+    const std::string stage = r.json["stage"]["name"];
+    r.label = stage;
+    if (count[stage] > 1) {
+      const fs::path p(r.path);
+      const std::string parent = p.parent_path().filename().string();
+      r.label += " (" + (parent.empty() ? "" : parent + "/") + p.stem().string() + ")";
+    }
+  }
+}
+
+std::string Difference::describe() const {
+  return field + ": '" + first_path + "' has " + first_value + ", '" + other_path + "' has " + other_value;
+}
+
+Result load_result(const std::string& path) {
+  if (!fs::exists(path)) throw std::runtime_error("result file '" + path + "' does not exist");
+  Result r{path, "", read_json_file(path)};
+  try {
+    validate_result_json(r.json);
+  } catch (const std::exception& e) {
+    std::string hint;
+    if (path.size() > 11 && path.compare(path.size() - 11, 11, ".trace.json") == 0)
+      hint = " (this looks like a --profile trace; pass the result JSON next to it)";
+    throw std::runtime_error("'" + path + "' is not a valid result file: " + e.what() + hint);
+  }
+  return r;
+}
+
+std::vector<Result> load_results(const std::vector<std::string>& paths) {
+  std::vector<Result> results;
+  for (const auto& p : paths) results.push_back(load_result(p));
+  assign_labels(results);
+  return results;
+}
+
+std::vector<Difference> find_mismatches(const std::vector<Result>& results) {
+  std::vector<Difference> out;
+  for (size_t i = 1; i < results.size(); ++i) {
+    const Result& first = results[0];
+    const Result& other = results[i];
+    compare_field(first, other, "schema_version", out);
+    for (const auto& key : keys_of(find(first.json, "config.model"), find(other.json, "config.model")))
+      compare_field(first, other, "config.model." + key, out);
+    for (const auto& key : keys_of(find(first.json, "config.training"), find(other.json, "config.training")))
+      if (!kUncomparedTrainingFields.count(key)) compare_field(first, other, "config.training." + key, out);
+    compare_field(first, other, "training.dtype", out);
+    compare_field(first, other, "system.device_name", out);
+  }
+  return out;
+}
+
+std::vector<Difference> find_notes(const std::vector<Result>& results) {
+  std::vector<Difference> out;
+  for (size_t i = 1; i < results.size(); ++i)
+    for (const char* field : kNoteFields) compare_field(results[0], results[i], field, out);
+  return out;
+}
+
+Comparison build_comparison(const std::vector<Result>& results, std::optional<size_t> reference) {
+  if (results.empty()) throw std::invalid_argument("build_comparison: no results");
+  Comparison c;
+  if (reference) {
+    if (*reference >= results.size()) throw std::invalid_argument("build_comparison: reference index out of range");
+    c.reference = *reference;
+    c.reference_reason = "the --baseline result";
+  } else {
+    const auto v1 = std::find_if(results.begin(), results.end(),
+                                 [](const Result& r) { return r.json["stage"]["name"] == kReferenceStage; });
+    c.reference = v1 == results.end() ? 0 : static_cast<size_t>(v1 - results.begin());
+    c.reference_reason = v1 == results.end() ? std::string("the first file (no ") + kReferenceStage + " result given)"
+                                             : std::string("the ") + kReferenceStage + " result";
+  }
+  const nlohmann::json& ref = results[c.reference].json;
+  const double ref_median = ref["summary"]["step_ms"]["median"];
+  const double ref_peak = ref["summary"]["peak_allocated_mb"];
+  const double ref_loss = ref["summary"]["final_loss"];
+  for (size_t i = 0; i < results.size(); ++i) {
+    const nlohmann::json& j = results[i].json;
+    const nlohmann::json& s = j["summary"];
+    Row row;
+    row.label = results[i].label.empty() ? j["stage"]["name"].get<std::string>() : results[i].label;
+    row.stage = j["stage"]["name"];
+    row.path = results[i].path;
+    row.median_ms = s["step_ms"]["median"];
+    row.p10_ms = s["step_ms"]["p10"];
+    row.p90_ms = s["step_ms"]["p90"];
+    row.samples_per_s = s["samples_per_s"];
+    row.tokens_per_s = s["tokens_per_s"];
+    row.speedup = row.median_ms > 0 ? ref_median / row.median_ms : 0;
+    row.peak_mb = s["peak_allocated_mb"];
+    if (ref_peak > 0) row.peak_reduction = 1.0 - row.peak_mb / ref_peak;
+    row.tflops = s["achieved_tflops"];
+    row.mfu = number_at(j, "summary.mfu");
+    row.kernels_per_step = number_at(j, "profile.kernels_per_step");
+    row.final_loss = s["final_loss"];
+    row.loss_delta = row.final_loss - ref_loss;
+    row.reference = i == c.reference;
+    c.rows.push_back(std::move(row));
+  }
+  c.config_name = ref["config"]["name"];
+  c.dtype = ref["training"]["dtype"];
+  c.device_name = ref["system"]["device_name"];
+  c.peak_tflops = number_at(ref, "summary.peak_tflops");
+  if (const auto* note = find(ref, "summary.mfu_note"); note && note->is_string()) c.mfu_note = *note;
+  c.mismatches = find_mismatches(results);
+  c.notes = find_notes(results);
+  return c;
+}
+
+std::string format_table(const Comparison& c) {
+  const auto rows = table_cells(c);
+  std::vector<size_t> width(kHeaders.size());
+  for (size_t k = 0; k < kHeaders.size(); ++k) {
+    width[k] = display_width(kHeaders[k]);
+    for (const auto& row : rows) width[k] = std::max(width[k], display_width(row[k].text));
+  }
+  std::string out = context_line(c) + "\n";
+  for (size_t k = 0; k < kHeaders.size(); ++k) out += (k ? "  " : "") + pad(kHeaders[k], width[k], k == 0);
+  out += "\n";
+  for (const auto& row : rows) {
+    for (size_t k = 0; k < row.size(); ++k) out += (k ? "  " : "") + pad(row[k].text, width[k], row[k].left);
+    out += "\n";
+  }
+  out += reference_line(c) + "\n";
+  if (!c.mismatches.empty())
+    out += "WARNING: these results are not comparable (" + std::to_string(c.mismatches.size()) +
+           " differing fields, see above); the ratios compare different work\n";
+  return out;
+}
+
+std::string to_markdown(const Comparison& c) {
+  std::string out = "## TinyTransformer stage comparison\n\n" + context_line(c) + "\n\n";
+  if (!c.mismatches.empty()) {
+    out += "> **Warning: these results are not comparable** (compared with `--allow-mismatch`):\n";
+    for (const auto& d : c.mismatches) out += "> - " + d.describe() + "\n";
+    out += "\n";
+  }
+  out += "|";
+  for (const auto& h : kHeaders) out += " " + h + " |";
+  out += "\n|";
+  for (size_t k = 0; k < kHeaders.size(); ++k) out += k == 0 ? "---|" : "---:|";
+  out += "\n";
+  const auto rows = table_cells(c);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    out += "|";
+    for (size_t k = 0; k < rows[i].size(); ++k) {
+      const std::string text = k == 0 && c.rows[i].reference ? "**" + rows[i][k].text + "**" : rows[i][k].text;
+      out += " " + text + " |";
+    }
+    out += "\n";
+  }
+  out += "\n" + reference_line(c) + ".\n\n" + std::string(kColumnNotes) + ".\n";
+  if (!c.mfu_note.empty()) out += "MFU basis: " + c.mfu_note + ".\n";
+  if (!c.notes.empty()) {
+    out += "\nNotes (differences that do not stop the comparison):\n\n";
+    for (const auto& d : c.notes) out += "- " + d.describe() + "\n";
+  }
+  out += "\nFiles:\n\n";
+  for (const auto& r : c.rows) out += "- " + r.label + ": `" + r.path + "`\n";
+  return out;
+}
+
+std::string to_csv(const Comparison& c) {
+  std::string out =
+      "label,stage,file,median_ms,p10_ms,p90_ms,samples_per_s,tokens_per_s,speedup,peak_allocated_mb,"
+      "peak_reduction,achieved_tflops,mfu,kernels_per_step,final_loss,final_loss_delta,reference\n";
+  auto opt = [](const std::optional<double>& v) { return v ? strprintf("%.6g", *v) : std::string(); };
+  for (const auto& r : c.rows) {
+    out += csv_field(r.label) + "," + csv_field(r.stage) + "," + csv_field(r.path) + "," + strprintf("%.6g", r.median_ms) +
+           "," + strprintf("%.6g", r.p10_ms) + "," + strprintf("%.6g", r.p90_ms) + "," + strprintf("%.6g", r.samples_per_s) +
+           "," + strprintf("%.6g", r.tokens_per_s) + "," + strprintf("%.6g", r.speedup) + "," +
+           (r.peak_mb > 0 ? strprintf("%.6g", r.peak_mb) : "") + "," + opt(r.peak_reduction) + "," +
+           strprintf("%.6g", r.tflops) + "," + opt(r.mfu) + "," + opt(r.kernels_per_step) + "," +
+           strprintf("%.6g", r.final_loss) + "," + strprintf("%.6g", r.loss_delta) + "," + (r.reference ? "yes" : "no") +
+           "\n";
+  }
+  return out;
+}
+
+std::string to_svg(const Comparison& c) {
+  static const char* const kPalette[] = {"#4C78A8", "#F58518", "#54A24B", "#E45756",
+                                         "#72B7B2", "#B279A2", "#9D755D", "#EECA3B"};
+  constexpr double kWidth = 1000, kLabelRight = 232, kBarLeft = 242, kBarRight = 742;
+  constexpr double kBarHeight = 22, kRowGap = 10, kPanelTitle = 44, kAxis = 30, kPanelGap = 26;
+  const size_t n = c.rows.size();
+  const double panel_height = kPanelTitle + static_cast<double>(n) * (kBarHeight + kRowGap) + kAxis;
+  const double height = 84 + 3 * (panel_height + kPanelGap) + 36;
+  std::ostringstream svg;
+  auto num = [](double v) { return strprintf("%.1f", v); };
+  auto text = [&](double x, double y, const std::string& s, const std::string& attrs = "") {
+    svg << "<text x=\"" << num(x) << "\" y=\"" << num(y) << "\" " << attrs << ">" << xml_escape(s) << "</text>\n";
+  };
+  auto color = [&](size_t i) { return kPalette[i % (sizeof kPalette / sizeof kPalette[0])]; };
+
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth << "\" height=\"" << num(height)
+      << "\" viewBox=\"0 0 " << kWidth << " " << num(height)
+      << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n";
+  svg << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  text(20, 32, "TinyTransformer stages: " + c.config_name + ", " + c.dtype + ", " + c.device_name,
+       "font-size=\"20\" font-weight=\"bold\" fill=\"#222\"");
+  text(20, 56,
+       "Speedup, memory and loss relative to " + c.rows[c.reference].label +
+           ". Median step time over the measured steps.",
+       "font-size=\"13\" fill=\"#555\"");
+  if (!c.mismatches.empty())
+    text(20, 74, "Warning: results are not comparable (" + std::to_string(c.mismatches.size()) + " differing fields)",
+         "font-size=\"13\" fill=\"#C0392B\" font-weight=\"bold\"");
+
+  double y = 84;
+  // One panel of horizontal bars. `position` maps a value to an x coordinate; labels[i] goes after bar i.
+  auto bars = [&](const std::string& title, const std::string& subtitle, const std::vector<double>& values,
+                  const std::vector<std::string>& labels, const std::function<double(double)>& position) {
+    text(20, y + 20, title, "font-size=\"15\" font-weight=\"bold\" fill=\"#222\"");
+    text(20, y + 37, subtitle, "font-size=\"12\" fill=\"#666\"");
+    double row_y = y + kPanelTitle;
+    for (size_t i = 0; i < n; ++i) {
+      const double end = std::max(kBarLeft + 1, position(values[i]));
+      text(kLabelRight, row_y + kBarHeight * 0.7, fit_label(c.rows[i].label),
+           std::string("font-size=\"13\" text-anchor=\"end\" fill=\"#222\"") +
+               (c.rows[i].reference ? " font-weight=\"bold\"" : ""));
+      svg << "<rect x=\"" << num(kBarLeft) << "\" y=\"" << num(row_y) << "\" width=\"" << num(end - kBarLeft)
+          << "\" height=\"" << num(kBarHeight) << "\" fill=\"" << color(i) << "\"><title>"
+          << xml_escape(c.rows[i].label + ": " + labels[i]) << "</title></rect>\n";
+      text(end + 6, row_y + kBarHeight * 0.7, labels[i], "font-size=\"12\" fill=\"#222\"");
+      row_y += kBarHeight + kRowGap;
+    }
+    svg << "<line x1=\"" << num(kBarLeft) << "\" y1=\"" << num(y + kPanelTitle - 4) << "\" x2=\"" << num(kBarLeft)
+        << "\" y2=\"" << num(row_y) << "\" stroke=\"#888\"/>\n";
+    return row_y;
+  };
+  auto linear = [&](double max) {
+    return [=](double v) { return kBarLeft + (max > 0 ? v / max : 0) * (kBarRight - kBarLeft); };
+  };
+
+  // Throughput.
+  std::vector<double> tokens;
+  std::vector<std::string> token_labels;
+  for (const auto& r : c.rows) {
+    tokens.push_back(r.tokens_per_s);
+    token_labels.push_back(thousands(r.tokens_per_s) + " tokens/s  (" + strprintf("%.2fx", r.speedup) + ")");
+  }
+  bars("Throughput (tokens/s, higher is better)", "bar label: tokens/s and speedup over the reference", tokens,
+       token_labels, linear(*std::max_element(tokens.begin(), tokens.end())));
+  y += panel_height + kPanelGap;
+
+  // Peak memory.
+  std::vector<double> peaks;
+  std::vector<std::string> peak_labels;
+  for (const auto& r : c.rows) {
+    peaks.push_back(r.peak_mb);
+    std::string label = r.peak_mb > 0 ? strprintf("%.0f MB", r.peak_mb) : "not measured (CPU)";
+    if (!r.reference && r.peak_reduction)
+      label += "  (" + strprintf("%.1f%%", 100.0 * std::fabs(*r.peak_reduction)) +
+               (*r.peak_reduction >= 0 ? " less)" : " more)");
+    peak_labels.push_back(label);
+  }
+  bars("Peak allocated GPU memory (MB, lower is better)", "caching-allocator peak over the measured steps", peaks,
+       peak_labels, linear(*std::max_element(peaks.begin(), peaks.end())));
+  y += panel_height + kPanelGap;
+
+  // Achieved TFLOP/s against the GPU's peak: a log axis, as in a roofline plot, with the peak as ceiling.
+  std::vector<double> flops;
+  std::vector<std::string> flop_labels;
+  for (const auto& r : c.rows) {
+    flops.push_back(r.tflops);
+    flop_labels.push_back(strprintf("%.3g TFLOP/s", r.tflops) + (r.mfu ? "  (MFU " + percent(*r.mfu) + ")" : ""));
+  }
+  const double top = y + kPanelTitle - 4;
+  const double bottom = y + kPanelTitle + static_cast<double>(n) * (kBarHeight + kRowGap);
+  if (c.peak_tflops && *c.peak_tflops > 0) {
+    double smallest = *c.peak_tflops;
+    for (double f : flops)
+      if (f > 0) smallest = std::min(smallest, f);
+    const double lo = std::pow(10.0, std::floor(std::log10(smallest)));
+    const double hi = std::pow(10.0, std::ceil(std::log10(*c.peak_tflops * 1.0001)));
+    auto position = [=](double v) {
+      const double t = (std::log10(std::max(v, lo)) - std::log10(lo)) / (std::log10(hi) - std::log10(lo));
+      return kBarLeft + t * (kBarRight - kBarLeft);
+    };
+    for (double d = lo; d <= hi * 1.0001; d *= 10) {
+      const double x = position(d);
+      svg << "<line x1=\"" << num(x) << "\" y1=\"" << num(top) << "\" x2=\"" << num(x) << "\" y2=\"" << num(bottom)
+          << "\" stroke=\"#ddd\"/>\n";
+      text(x, bottom + 16, strprintf("%g", d), "font-size=\"11\" text-anchor=\"middle\" fill=\"#666\"");
+    }
+    text(kBarRight + 40, bottom + 16, "TFLOP/s (log scale)", "font-size=\"11\" fill=\"#666\"");
+    bars("Achieved TFLOP/s against the GPU's peak (higher is better)",
+         "model FLOPs per step / median step time; red line: peak dense " + c.dtype + " TFLOP/s of the GPU", flops,
+         flop_labels, position);
+    const double px = position(*c.peak_tflops);
+    svg << "<line x1=\"" << num(px) << "\" y1=\"" << num(top) << "\" x2=\"" << num(px) << "\" y2=\"" << num(bottom)
+        << "\" stroke=\"#C0392B\" stroke-width=\"2\" stroke-dasharray=\"6,4\"/>\n";
+    text(px - 4, top + 10, strprintf("peak %.1f", *c.peak_tflops),
+         "font-size=\"11\" text-anchor=\"end\" fill=\"#C0392B\"");
+  } else {
+    bars("Achieved TFLOP/s (higher is better)",
+         "no peak FLOP/s known for '" + c.device_name + "': no ceiling and no MFU", flops, flop_labels,
+         linear(*std::max_element(flops.begin(), flops.end())));
+  }
+  y += panel_height + kPanelGap;
+  text(20, y + 4,
+       "Generated by compare from " + std::to_string(n) + " result files; see comparison.md for the full table.",
+       "font-size=\"11\" fill=\"#888\"");
+  svg << "</svg>\n";
+  return svg.str();
+}
+
+std::vector<SlowerCheck> check_slower(const Result& baseline, const std::vector<Result>& results, double allowed_pct) {
+  const double base = baseline.json["summary"]["step_ms"]["median"];
+  std::vector<SlowerCheck> checks;
+  for (const auto& r : results) {
+    SlowerCheck check;
+    check.label = r.label.empty() ? r.json["stage"]["name"].get<std::string>() : r.label;
+    check.path = r.path;
+    check.median_ms = r.json["summary"]["step_ms"]["median"];
+    check.baseline_ms = base;
+    check.slower_pct = (check.median_ms / base - 1.0) * 100.0;
+    check.too_slow = check.slower_pct > allowed_pct;
+    checks.push_back(check);
+  }
+  return checks;
+}
+
+}  // namespace tt::compare

@@ -1,0 +1,86 @@
+// The `compare` tool's logic: loads result JSONs, checks that they are comparable, builds the stage table
+// (speedup, memory, utilisation and loss against a reference result) and writes it as text, Markdown,
+// CSV and a dependency-free SVG chart. The command line is apps/cli/compare_cli.cpp.
+#pragma once
+
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tt::compare {
+
+struct Result {
+  std::string path;
+  std::string label;  // stage name; "stage (file stem)" when two results share a stage
+  nlohmann::json json;
+};
+
+// Reads and validates (tt::validate_result_json) one result file; throws std::runtime_error naming the
+// file and the problem.
+Result load_result(const std::string& path);
+// Labels each result with its stage name, and with "stage (folder/file stem)" where two share a stage.
+void assign_labels(std::vector<Result>& results);
+// Loads all and assigns labels; throws like load_result.
+std::vector<Result> load_results(const std::vector<std::string>& paths);
+
+// A field whose value differs between the first result and another one.
+struct Difference {
+  std::string field;  // e.g. "config.model.hidden_dim", "training.dtype", "system.device_name"
+  std::string first_path, first_value;
+  std::string other_path, other_value;
+  std::string describe() const;  // "field: 'a.json' has 512, 'b.json' has 256"
+};
+
+// What makes timings comparable: schema version, every model field, the training fields (all but
+// log_every and device, which do not change the work), the dtype and the GPU name. Each result is
+// compared with the first.
+std::vector<Difference> find_mismatches(const std::vector<Result>& results);
+// Differences worth a note but not a refusal: LibTorch, CUDA/HIP runtime, driver, git commit, host.
+std::vector<Difference> find_notes(const std::vector<Result>& results);
+
+struct Row {
+  std::string label, stage, path;
+  double median_ms = 0, p10_ms = 0, p90_ms = 0;
+  double samples_per_s = 0, tokens_per_s = 0;
+  double speedup = 1;                    // reference median step time / this one
+  double peak_mb = 0;                    // peak allocated; 0 on the CPU (not measured)
+  std::optional<double> peak_reduction;  // 1 - peak / reference peak; none when the reference has no peak
+  double tflops = 0;
+  std::optional<double> mfu;
+  std::optional<double> kernels_per_step;  // from a --profile run
+  double final_loss = 0;
+  double loss_delta = 0;  // final loss - reference final loss
+  bool reference = false;
+};
+
+struct Comparison {
+  std::vector<Row> rows;
+  size_t reference = 0;
+  std::string reference_reason;  // why that row is the reference
+  std::string config_name, dtype, device_name;
+  std::optional<double> peak_tflops;  // the reference's summary.peak_tflops
+  std::string mfu_note;
+  std::vector<Difference> mismatches, notes;
+};
+
+// reference: index into results; by default the first v1_baseline result, else the first result.
+Comparison build_comparison(const std::vector<Result>& results, std::optional<size_t> reference = std::nullopt);
+
+std::string format_table(const Comparison& comparison);  // terminal
+std::string to_markdown(const Comparison& comparison);
+std::string to_csv(const Comparison& comparison);
+std::string to_svg(const Comparison& comparison);
+
+struct SlowerCheck {
+  std::string label, path;
+  double median_ms = 0, baseline_ms = 0;
+  double slower_pct = 0;  // (median / baseline - 1) * 100; negative when faster
+  bool too_slow = false;  // slower_pct > the allowed percentage
+};
+std::vector<SlowerCheck> check_slower(const Result& baseline, const std::vector<Result>& results, double allowed_pct);
+
+
+}  // namespace tt::compare

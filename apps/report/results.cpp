@@ -1,0 +1,166 @@
+#include "apps/report/results.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "apps/report/evaluation_report.h"
+#include "apps/report/flops.h"
+#include "apps/report/json_check.h"
+#include "apps/train/format.h"
+
+namespace tt {
+namespace {
+
+double percentile(const std::vector<double>& sorted, double q) {
+  const double pos = q * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (pos - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
+}
+
+// A spread, or null for a phase the step runner could not time separately.
+nlohmann::json spread_or_null(const std::vector<double>& values) {
+  return values.empty() ? nlohmann::json(nullptr) : to_json(spread(values));
+}
+
+nlohmann::json stage_details(const Trainer& trainer) {
+  nlohmann::json details = to_json(trainer.spec());
+  const auto& m = trainer.config().model;
+  const auto& t = trainer.config().training;
+  const AttentionShape shape{t.batch_size, t.seq_len, m.n_heads, m.n_kv_heads, m.head_dim()};
+  details.update(implementation(trainer.spec().attention).backend(shape, t.dtype, trainer.device()));
+  return details;
+}
+
+}  // namespace
+
+Spread spread(std::vector<double> values) {
+  if (values.empty()) throw std::runtime_error("spread of an empty sample");
+  std::sort(values.begin(), values.end());
+  return {percentile(values, 0.5), percentile(values, 0.1), percentile(values, 0.9), values.front(), values.back()};
+}
+
+nlohmann::json to_json(const Spread& s) {
+  return {{"median", s.median}, {"p10", s.p10}, {"p90", s.p90}, {"min", s.min}, {"max", s.max}};
+}
+
+nlohmann::json build_result(const Trainer& trainer, const RunRecord& record, const std::string& data,
+                            const SystemInfo& system) {
+  const RunConfig& config = trainer.config();
+  const TrainConfig& t = config.training;
+  const torch::Device& device = trainer.device();
+  const Spread step = spread(record.step_ms);
+  const double tokens_per_step = static_cast<double>(t.batch_size * t.seq_len);
+  const double flops = training_flops_per_step(config.model, t.batch_size, t.seq_len);
+  const double achieved_tflops = flops / (step.median * 1e-3) / 1e12;
+  const auto peak = device.is_cuda() ? peak_flops(system.device_name, t.dtype) : std::nullopt;
+  nlohmann::json losses = record.losses;  // NaN and inf become null
+
+  nlohmann::json summary = {
+      {"step_ms", to_json(step)},
+      {"forward_ms", spread_or_null(record.forward_ms)},
+      {"backward_ms", spread_or_null(record.backward_ms)},
+      {"optimizer_ms", spread_or_null(record.optimizer_ms)},
+      {"samples_per_s", 1000.0 * static_cast<double>(t.batch_size) / step.median},
+      {"tokens_per_s", 1000.0 * tokens_per_step / step.median},
+      {"model_tflop_per_step", flops / 1e12},
+      {"achieved_tflops", achieved_tflops},
+      {"peak_tflops", peak ? nlohmann::json(peak->tflops) : nlohmann::json(nullptr)},
+      {"mfu", peak ? nlohmann::json(achieved_tflops / peak->tflops) : nlohmann::json(nullptr)},
+      {"mfu_note", peak ? strprintf("peak %.1f TFLOP/s dense %s for ", peak->tflops, to_string(t.dtype)) + peak->gpu +
+                              " (" + peak->source + ")"
+                        : "MFU not computed: no peak FLOP/s known for '" + system.device_name + "'"},
+      {"peak_allocated_mb", spread(record.peak_allocated_mb).max},
+      {"peak_reserved_mb", spread(record.peak_reserved_mb).max},
+      {"first_loss", losses.front()},
+      {"final_loss", losses.back()},
+  };
+  int64_t parameters = 0;
+  for (const auto& p : trainer.model()->parameters()) parameters += p.numel();
+  nlohmann::json training = {
+      {"dtype", to_string(t.dtype)},
+      {"precision", t.dtype == Precision::kBf16 ? "bf16 autocast, fp32 master weights" : "fp32 (TF32 off)"},
+      {"batch_size", t.batch_size},
+      {"seq_len", t.seq_len},
+      {"warmup_steps", t.warmup_steps},
+      {"measured_steps", t.num_steps},
+      {"tokens_per_step", t.batch_size * t.seq_len},
+      {"optimizer", {{"name", "AdamW"}, {"lr", t.learning_rate}, {"betas", {t.beta1, t.beta2}}, {"eps", t.adam_eps},
+                     {"weight_decay", t.weight_decay}, {"grad_clip", t.grad_clip}}},
+      {"parameters", parameters},
+      {"data", data},
+      {"timing", device.is_cuda() ? "device events on the current stream" : "steady clock (CPU)"},
+  };
+  return {{"schema_version", kResultSchemaVersion},
+          {"stage", stage_details(trainer)},
+          {"config", to_json(config)},
+          {"training", training},
+          {"system", to_json(system)},
+          {"summary", summary},
+          {"losses", losses},
+          {"step_ms", record.step_ms}};
+}
+
+void validate_result_json(const nlohmann::json& r) {
+  expect_field(r, "schema_version", JsonKind::kInteger);
+  if (r["schema_version"] != kResultSchemaVersion)
+    throw std::runtime_error("result JSON: schema_version " + r["schema_version"].dump() + " is not supported (expected " +
+                             std::to_string(kResultSchemaVersion) + ")");
+  for (const char* p : {"stage.name", "config.name", "system.backend", "system.device", "system.device_name",
+                        "system.libtorch_version", "system.git_commit", "system.timestamp", "training.dtype"})
+    expect_field(r, p, JsonKind::kString);
+  for (const char* p : {"stage.components", "config.model", "config.training", "training", "system", "summary"})
+    expect_field(r, p, JsonKind::kObject);
+  for (const char* p : {"training.batch_size", "training.seq_len", "training.measured_steps", "training.warmup_steps",
+                        "training.tokens_per_step"})
+    expect_field(r, p, JsonKind::kInteger);
+  for (const char* stat : {"median", "p10", "p90"}) expect_field(r, std::string("summary.step_ms.") + stat, JsonKind::kNumber);
+  // A step runner that cannot time its phases separately (one replayed graph) writes null for them.
+  for (const char* phase : {"forward_ms", "backward_ms", "optimizer_ms"}) {
+    const std::string path = std::string("summary.") + phase;
+    if (r["summary"].contains(phase) && r["summary"][phase].is_null()) continue;
+    for (const char* stat : {"median", "p10", "p90"}) expect_field(r, path + "." + stat, JsonKind::kNumber);
+  }
+  for (const char* p : {"summary.samples_per_s", "summary.tokens_per_s", "summary.model_tflop_per_step",
+                        "summary.achieved_tflops", "summary.peak_allocated_mb", "summary.peak_reserved_mb",
+                        "summary.first_loss", "summary.final_loss"})
+    expect_field(r, p, JsonKind::kNumber);
+  expect_field(r, "summary.mfu", JsonKind::kNumberOrNull);
+  expect_field(r, "summary.peak_tflops", JsonKind::kNumberOrNull);
+  expect_field(r, "losses", JsonKind::kArray);
+  expect_field(r, "step_ms", JsonKind::kArray);
+  for (const auto& v : r["losses"])
+    if (!v.is_number() && !v.is_null()) throw std::runtime_error("result JSON: \"losses\" holds a non-number: " + v.dump());
+  if (r.contains("evaluation")) validate_evaluation_json(r["evaluation"]);
+}
+
+void write_json_atomically(const std::string& path, const nlohmann::json& value, bool overwrite) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  if (!overwrite && fs::exists(target))
+    throw std::runtime_error("output file '" + path + "' exists; pass --overwrite to replace it or choose another --output");
+  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw std::runtime_error("cannot write '" + tmp + "'");
+    out << value.dump(2) << "\n";
+    if (!out) throw std::runtime_error("writing '" + tmp + "' failed");
+  }
+  fs::rename(tmp, target);
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open '" + path + "'");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::runtime_error("'" + path + "' is not valid JSON: " + e.what());
+  }
+}
+
+}  // namespace tt

@@ -1,0 +1,81 @@
+#include "apps/train/device.h"
+
+#include <ATen/DeviceAccelerator.h>
+#include <ATen/autocast_mode.h>
+
+namespace tt {
+
+torch::Device resolve_device(const std::string& requested) {
+  const bool gpu = torch::cuda::is_available();
+  if (requested == "cpu") return torch::kCPU;
+  if (requested == "cuda") {
+    if (!gpu)
+      throw std::runtime_error(
+          "device \"cuda\" was requested but LibTorch sees no GPU (no driver, no device, or a CPU-only LibTorch); "
+          "use --device cpu or --device auto");
+    return {torch::kCUDA, 0};
+  }
+  return gpu ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+}
+
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda()) at::accelerator::synchronizeDevice(device.index());
+}
+
+StepTimer::StepTimer(const torch::Device& device, size_t marks) : device_(device), times_(marks) {
+  if (device_.is_cuda()) {
+    events_.reserve(marks);
+    // BACKEND_DEFAULT keeps timing enabled (LibTorch's default event flag disables it).
+    for (size_t i = 0; i < marks; ++i) events_.emplace_back(device_.type(), c10::EventFlag::BACKEND_DEFAULT);
+  }
+}
+
+void StepTimer::mark(size_t index) {
+  if (device_.is_cuda()) {
+    events_[index].record(at::accelerator::getCurrentStream(device_.index()));
+  } else {
+    times_[index] = std::chrono::steady_clock::now();
+  }
+}
+
+double StepTimer::elapsed_ms(size_t a, size_t b) {
+  if (device_.is_cuda()) {
+    events_[b].synchronize();
+    return events_[a].elapsedTime(events_[b]);
+  }
+  return std::chrono::duration<double, std::milli>(times_[b] - times_[a]).count();
+}
+
+void reset_peak_memory(const torch::Device& device) {
+  if (device.is_cuda()) at::accelerator::resetPeakStats(device.index());
+}
+
+MemoryStats peak_memory(const torch::Device& device) {
+  if (!device.is_cuda()) return {};
+  const auto stats = at::accelerator::getDeviceStats(device.index());
+  constexpr size_t kAggregate = 0;
+  return {stats.allocated_bytes[kAggregate].peak, stats.reserved_bytes[kAggregate].peak};
+}
+
+int64_t total_device_memory(const torch::Device& device) {
+  if (!device.is_cuda()) return 0;
+  return static_cast<int64_t>(at::accelerator::getMemoryInfo(device.index()).second);
+}
+
+AutocastScope::AutocastScope(const torch::Device& device, Precision precision)
+    : type_(device.type()),
+      enabled_(precision == Precision::kBf16), previous_(at::autocast::is_autocast_enabled(device.type())) {
+  if (!enabled_) return;
+  at::autocast::set_autocast_dtype(type_, at::kBFloat16);
+  at::autocast::set_autocast_enabled(type_, true);
+  at::autocast::increment_nesting();
+}
+
+AutocastScope::~AutocastScope() {
+  if (!enabled_) return;
+  // Leaving the outermost scope drops the cached bf16 copies of the weights, as Python's autocast does.
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_autocast_enabled(type_, previous_);
+}
+
+}  // namespace tt

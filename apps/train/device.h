@@ -1,0 +1,57 @@
+// Vendor-neutral device helpers for the training loop: device choice, step timing with device events,
+// caching-allocator memory statistics and mixed-precision scope. Nothing here includes CUDA or HIP
+// headers; on ROCm builds of LibTorch the "cuda" device is the HIP device.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "models/config.h"
+
+namespace tt {
+
+// "auto" picks the GPU when LibTorch sees one. Throws with a clear message for "cuda" without a GPU.
+torch::Device resolve_device(const std::string& requested);
+void synchronize(const torch::Device& device);
+
+// Timestamps a sequence of points in one step. On a GPU each mark records an event on the current
+// stream (no host sync); durations are read after the events completed. On the CPU, a steady clock.
+class StepTimer {
+ public:
+  StepTimer(const torch::Device& device, size_t marks);
+  void mark(size_t index);
+  // Milliseconds between marks a and b; blocks until mark b has completed on the device.
+  double elapsed_ms(size_t a, size_t b);
+
+ private:
+  torch::Device device_;
+  std::vector<c10::Event> events_;
+  std::vector<std::chrono::steady_clock::time_point> times_;
+};
+
+struct MemoryStats {
+  int64_t peak_allocated_bytes = 0;
+  int64_t peak_reserved_bytes = 0;
+};
+void reset_peak_memory(const torch::Device& device);
+MemoryStats peak_memory(const torch::Device& device);  // zeros on the CPU
+int64_t total_device_memory(const torch::Device& device);  // 0 on the CPU
+
+// bf16 autocast for the forward pass under Precision::kBf16 (the workshop's --use-amp), fp32 master
+// weights; nothing under kFp32.
+class AutocastScope {
+ public:
+  AutocastScope(const torch::Device& device, Precision precision);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  torch::DeviceType type_;
+  bool enabled_, previous_;
+};
+
+}  // namespace tt

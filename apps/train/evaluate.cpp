@@ -1,0 +1,73 @@
+#include "apps/train/evaluate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "apps/train/data.h"
+#include "apps/train/device.h"
+
+namespace tt {
+namespace {
+
+constexpr int64_t kByteVocab = 256;
+
+}  // namespace
+
+EvalData load_eval_data(const std::string& path, int64_t seq_len) {
+  EvalData data{path, read_byte_tokens(path)};
+  if (data.tokens.numel() < seq_len + 1)
+    throw std::runtime_error("eval data '" + path + "' has " + std::to_string(data.tokens.numel()) +
+                             " bytes; evaluating with seq_len " + std::to_string(seq_len) +
+                             " needs at least one window of seq_len + 1 = " + std::to_string(seq_len + 1) + " bytes");
+  return data;
+}
+
+EvalResult evaluate(Transformer& model, const torch::Tensor& tokens, int64_t seq_len, int64_t batch_size,
+                    const torch::Device& device, Precision precision) {
+  const ModelConfig& c = model->config();
+  if (c.vocab_size < kByteVocab)
+    throw std::runtime_error("evaluation reads bytes as tokens: model.vocab_size = " + std::to_string(c.vocab_size) +
+                             " is not allowed, it must be >= 256");
+  if (seq_len <= 0 || seq_len > c.max_seq_len)
+    throw std::runtime_error("evaluation: seq_len = " + std::to_string(seq_len) +
+                             " is not allowed: it must be in [1, model.max_seq_len = " + std::to_string(c.max_seq_len) +
+                             "]");
+  if (batch_size <= 0)
+    throw std::runtime_error("evaluation: batch_size = " + std::to_string(batch_size) +
+                             " is not allowed: must be positive");
+  TORCH_CHECK(tokens.dim() == 1 && tokens.scalar_type() == torch::kLong,
+              "evaluation: tokens must be a 1-D int64 tensor, got ", tokens.scalar_type(), " ", tokens.sizes());
+  const int64_t window = seq_len + 1;
+  EvalResult result;
+  result.windows = tokens.numel() / window;
+  if (result.windows == 0)
+    throw std::runtime_error("evaluation: " + std::to_string(tokens.numel()) +
+                             " tokens do not fill one window of seq_len + 1 = " + std::to_string(window));
+  result.tokens = result.windows * seq_len;
+  result.dropped_bytes = tokens.numel() - result.windows * window;
+
+  auto rows = tokens.narrow(0, 0, result.windows * window).view({result.windows, window});
+  EvalModeScope mode(model);
+  torch::NoGradGuard no_grad;
+  // Accumulated on the device so that the only host sync is the final read.
+  auto total = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  for (int64_t start = 0; start < result.windows; start += batch_size) {
+    const int64_t n = std::min(batch_size, result.windows - start);
+    auto batch = rows.narrow(0, start, n).to(device);
+    auto inputs = batch.narrow(1, 0, seq_len).contiguous();
+    auto labels = batch.narrow(1, 1, seq_len);
+    torch::Tensor logits;
+    {
+      AutocastScope autocast(device, precision);
+      logits = model->forward(inputs);
+    }
+    auto log_probs = torch::log_softmax(logits.to(torch::kFloat32), -1);
+    total -= log_probs.gather(-1, labels.unsqueeze(-1)).sum(torch::kFloat64);
+  }
+  result.loss = total.item<double>() / static_cast<double>(result.tokens);
+  result.perplexity = std::exp(result.loss);
+  return result;
+}
+
+}  // namespace tt

@@ -1,0 +1,78 @@
+#include "apps/train/loop.h"
+
+#include <ostream>
+
+#include "apps/train/format.h"
+
+namespace tt {
+
+Recorder::Recorder(const TrainConfig& training, const torch::Device& device, bool phases, std::ostream& log)
+    : training_(training),
+      device_(device),
+      phases_(phases),
+      log_(log),
+      total_(training.warmup_steps + training.num_steps),
+      losses_(torch::zeros({total_}, torch::TensorOptions().dtype(torch::kFloat32).device(device))) {
+  // Timers are kept by pointer while their step runs: no reallocation.
+  timers_.reserve(static_cast<size_t>(training.num_steps));
+}
+
+StepTimer* Recorder::begin_step(int64_t index) {
+  reset_peak_memory(device_);
+  if (index < training_.warmup_steps) return nullptr;
+  timers_.emplace_back(device_, kStepMarks);
+  return &timers_.back();
+}
+
+void Recorder::end_step(int64_t index, const torch::Tensor& loss) {
+  const bool measured = index >= training_.warmup_steps;
+  losses_[index].copy_(loss, /*non_blocking=*/true);
+  if (measured) {
+    const auto mem = peak_memory(device_);
+    record_.peak_allocated_mb.push_back(static_cast<double>(mem.peak_allocated_bytes) / (1 << 20));
+    record_.peak_reserved_mb.push_back(static_cast<double>(mem.peak_reserved_bytes) / (1 << 20));
+  }
+  const bool last = index + 1 == total_;
+  if (training_.log_every <= 0 || ((index + 1) % training_.log_every != 0 && !last)) return;
+  // The loop's only host sync: the progress line needs the loss.
+  const double loss_value = loss.item<double>();
+  std::string timing = "warm-up";
+  if (measured) {
+    const double ms = timers_.back().elapsed_ms(kStepStart, kStepEnd);
+    const double tokens = static_cast<double>(training_.batch_size * training_.seq_len);
+    timing = strprintf("%.2f ms | %.1f samples/s | %.0f tokens/s", ms, 1000.0 * training_.batch_size / ms,
+                       1000.0 * tokens / ms) +
+             (device_.is_cuda() ? strprintf(" | peak %.0f MB", record_.peak_allocated_mb.back()) : "");
+  }
+  log_ << "  step " << (index + 1) << "/" << total_ << " | loss " << strprintf("%.4f", loss_value) << " | " << timing
+       << std::endl;
+}
+
+RunRecord Recorder::finish() {
+  synchronize(device_);
+  for (auto& timer : timers_) {
+    record_.step_ms.push_back(timer.elapsed_ms(kStepStart, kStepEnd));
+    if (!phases_) continue;
+    record_.forward_ms.push_back(timer.elapsed_ms(kStepStart, kAfterForward));
+    record_.backward_ms.push_back(timer.elapsed_ms(kAfterForward, kAfterBackward));
+    record_.optimizer_ms.push_back(timer.elapsed_ms(kAfterBackward, kStepEnd));
+  }
+  auto losses = losses_.to(torch::kCPU, torch::kFloat64).contiguous();
+  record_.losses.assign(losses.data_ptr<double>(), losses.data_ptr<double>() + losses.numel());
+  return record_;
+}
+
+RunRecord train_loop(StepRunner& runner, Batches& batches, const TrainConfig& training, const torch::Device& device,
+                     std::ostream& log, const BetweenSteps& between_steps) {
+  Recorder recorder(training, device, runner.times_phases(), log);
+  const int64_t total = training.warmup_steps + training.num_steps;
+  for (int64_t i = 0; i < total; ++i) {
+    batches.next();
+    StepTimer* timer = recorder.begin_step(i);
+    recorder.end_step(i, runner.step(batches.inputs(), batches.labels(), timer));
+    if (between_steps) between_steps(i + 1);
+  }
+  return recorder.finish();
+}
+
+}  // namespace tt

@@ -1,0 +1,63 @@
+// The one training loop every stage runs, and the recorder that measures it. The loop draws each batch
+// into the fixed device buffers, asks the StepRunner for the step and hands the loss to the recorder; it
+// knows nothing about how a step runs. The recorder takes device-event timings, caching-allocator peaks
+// and the loss of every step, and prints the progress lines. What comes out is a RunRecord: numbers only;
+// turning them into a result file is the reporting layer's job (apps/report/).
+#pragma once
+
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "apps/train/data.h"
+#include "apps/train/device.h"
+#include "apps/train/step.h"
+#include "models/config.h"
+
+namespace tt {
+
+// What one run measured.
+struct RunRecord {
+  std::vector<double> losses;  // every step, warm-up included (NaN/inf kept as they are)
+  // Per measured step, milliseconds. The phase lists stay empty when the runner cannot time phases.
+  std::vector<double> step_ms, forward_ms, backward_ms, optimizer_ms;
+  std::vector<double> peak_allocated_mb, peak_reserved_mb;  // per measured step; zeros on the CPU
+};
+
+// Timings, memory and progress lines of one run.
+class Recorder {
+ public:
+  Recorder(const TrainConfig& training, const torch::Device& device, bool phases, std::ostream& log);
+  // Before step `index` (0-based, warm-up included): resets the memory peak; returns the timer the runner
+  // marks for a measured step, nullptr for a warm-up step.
+  StepTimer* begin_step(int64_t index);
+  // After the step: keeps the loss on the device, reads the memory peak, prints the progress line when
+  // one is due (its loss read is the loop's only host sync).
+  void end_step(int64_t index, const torch::Tensor& loss);
+  // Waits for the device and reads every timer and loss.
+  RunRecord finish();
+
+ private:
+  const TrainConfig& training_;
+  torch::Device device_;
+  bool phases_;
+  std::ostream& log_;
+  int64_t total_;
+  torch::Tensor losses_;  // [total] on the device
+  std::vector<StepTimer> timers_;
+  RunRecord record_;
+};
+
+// Called between steps with the number of steps done (warm-up included), after the step's timer marks,
+// memory reading and progress line and before the next step starts: work here stays outside every
+// measurement (held-out evaluation, say).
+using BetweenSteps = std::function<void(int64_t steps_done)>;
+
+// Runs warm-up plus measured steps on `batches`, recording with a Recorder, and returns the record.
+RunRecord train_loop(StepRunner& runner, Batches& batches, const TrainConfig& training, const torch::Device& device,
+                     std::ostream& log, const BetweenSteps& between_steps = {});
+
+}  // namespace tt

@@ -1,0 +1,121 @@
+#include "apps/train/optimizer.h"
+
+namespace tt {
+namespace {
+
+// LibTorch's AdamW: a loop over parameters, about 18 elementwise kernels each per step.
+class TorchAdamW final : public Optimizer {
+ public:
+  TorchAdamW(std::vector<torch::Tensor> params, const AdamWOptions& o)
+      : Optimizer(params),
+        adamw_(params, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay)) {}
+
+  void zero_grad() override { adamw_.zero_grad(/*set_to_none=*/true); }
+  void step() override { adamw_.step(); }
+
+  torch::Tensor exp_avg(size_t i) const override {
+    const auto* s = state(i);
+    return s ? s->exp_avg() : torch::Tensor();
+  }
+  torch::Tensor exp_avg_sq(size_t i) const override {
+    const auto* s = state(i);
+    return s ? s->exp_avg_sq() : torch::Tensor();
+  }
+  int64_t step_count() const override {
+    const auto* s = params_.empty() ? nullptr : state(0);
+    return s ? s->step() : 0;
+  }
+  void load_state(const std::vector<torch::Tensor>& m, const std::vector<torch::Tensor>& v, int64_t step) override {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto s = std::make_unique<torch::optim::AdamWParamState>();
+      s->exp_avg(m[i].to(params_[i].options()).clone());
+      s->exp_avg_sq(v[i].to(params_[i].options()).clone());
+      s->step(step);
+      adamw_.state()[key(i)] = std::move(s);
+    }
+  }
+
+ private:
+  // LibTorch keys optimizer state by the parameter's TensorImpl address.
+  void* key(size_t i) const { return params_[i].unsafeGetTensorImpl(); }
+  const torch::optim::AdamWParamState* state(size_t i) const {
+    const auto& states = adamw_.state();
+    auto it = states.find(key(i));
+    return it == states.end() ? nullptr : static_cast<const torch::optim::AdamWParamState*>(it->second.get());
+  }
+  torch::optim::AdamW adamw_;
+};
+
+// at::_fused_adamw_: one multi-tensor kernel family for all parameters, state and step counters on the
+// device, allocated once up front so a step allocates nothing and never syncs with the host.
+class FusedAdamW final : public Optimizer {
+ public:
+  FusedAdamW(std::vector<torch::Tensor> params, const AdamWOptions& o) : Optimizer(std::move(params)), options_(o) {
+    for (const auto& p : params_) {
+      exp_avgs_.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      exp_avg_sqs_.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      // _fused_adamw_ reads fp32 step tensors on the parameter's device.
+      steps_.push_back(torch::zeros({}, p.options().dtype(torch::kFloat32)));
+    }
+  }
+
+  void zero_grad() override {
+    for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+  }
+
+  void step() override {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> grads;
+    grads.reserve(params_.size());
+    for (const auto& p : params_) {
+      TORCH_CHECK(p.grad().defined(), "FusedAdamW: a parameter has no gradient; every parameter must receive one");
+      grads.push_back(p.grad());
+    }
+    // _fused_adamw_ reads the step counters but does not advance them.
+    at::_foreach_add_(steps_, 1.0);
+    at::_fused_adamw_(params_, grads, exp_avgs_, exp_avg_sqs_, {}, steps_, options_.lr, options_.beta1,
+                      options_.beta2, options_.weight_decay, options_.eps, /*amsgrad=*/false,
+                      /*maximize=*/false, std::nullopt, std::nullopt);
+    ++host_steps_;
+  }
+
+  torch::Tensor exp_avg(size_t i) const override { return exp_avgs_[i]; }
+  torch::Tensor exp_avg_sq(size_t i) const override { return exp_avg_sqs_[i]; }
+  int64_t step_count() const override { return host_steps_; }
+  void load_state(const std::vector<torch::Tensor>& m, const std::vector<torch::Tensor>& v, int64_t step) override {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      exp_avgs_[i].copy_(m[i]);
+      exp_avg_sqs_[i].copy_(v[i]);
+      steps_[i].fill_(static_cast<double>(step));
+    }
+    host_steps_ = step;
+  }
+
+ private:
+  AdamWOptions options_;
+  std::vector<torch::Tensor> exp_avgs_, exp_avg_sqs_, steps_;
+  int64_t host_steps_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, std::vector<torch::Tensor> params,
+                                          const AdamWOptions& options) {
+  if (kind == OptimizerKind::kAtenFusedAdamW) return std::make_unique<FusedAdamW>(std::move(params), options);
+  return std::make_unique<TorchAdamW>(std::move(params), options);
+}
+
+void clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return;
+  auto norms = at::_foreach_norm(grads, 2);
+  auto total = torch::linalg_vector_norm(torch::stack(norms).to(torch::kFloat32), 2, std::nullopt, false, std::nullopt);
+  auto scale = (max_norm / (total + 1e-6)).clamp_max(1.0);
+  at::_foreach_mul_(grads, scale);
+}
+
+}  // namespace tt

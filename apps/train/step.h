@@ -1,0 +1,55 @@
+// The step seam: how one training step runs is a StepRunner's business alone. The loop (loop.h) hands it a
+// batch already in fixed device buffers and gets the loss back as a device scalar; it never learns whether
+// the step ran op by op, as one captured graph, or across several GPUs.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "apps/train/device.h"
+#include "apps/train/optimizer.h"
+#include "models/config.h"
+#include "models/transformer.h"
+
+namespace tt {
+
+// The points a runner may mark inside a step, in order. kStart and kEnd are always marked; a runner that
+// cannot separate the phases (a replayed graph) marks only those two.
+enum StepMark : size_t { kStepStart, kAfterForward, kAfterBackward, kStepEnd, kStepMarks };
+
+class StepRunner {
+ public:
+  virtual ~StepRunner() = default;
+  // One optimisation step on inputs/labels [B, S] (device buffers). Returns the loss as a device scalar
+  // without a host sync. With a timer, marks kStepStart and kStepEnd, and the phase marks it can.
+  virtual torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) = 0;
+  // Whether step() marks kAfterForward and kAfterBackward.
+  virtual bool times_phases() const = 0;
+  // How the step runs, for result files: "eager", ...
+  virtual const char* describe() const = 0;
+};
+
+// The step op by op, as LibTorch's autograd runs it: forward (bf16 autocast under Precision::kBf16),
+// backward, optional gradient clipping, optimizer, gradients reset to none.
+class EagerStep final : public StepRunner {
+ public:
+  EagerStep(Transformer model, Optimizer& optimizer, Precision precision, double grad_clip);
+  torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) override;
+  bool times_phases() const override { return true; }
+  const char* describe() const override { return "eager"; }
+
+  // Forward and backward only; gradients stay on the parameters (for the equivalence harness).
+  torch::Tensor forward_backward(const torch::Tensor& inputs, const torch::Tensor& labels);
+
+ private:
+  torch::Tensor forward(const torch::Tensor& inputs, const torch::Tensor& labels);
+  void backward(const torch::Tensor& loss);
+  void optimize();
+
+  Transformer model_;
+  Optimizer& optimizer_;
+  Precision precision_;
+  double grad_clip_;
+  torch::Device device_;
+};
+
+}  // namespace tt

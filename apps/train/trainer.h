@@ -1,0 +1,60 @@
+// A stage ready to train: its model (built on the CPU, initialised from the seed so that every stage
+// starts from identical weights, then moved to the device), its optimizer and the StepRunner that runs
+// its steps. Checkpoints go through here because only this layer knows both the model's canonical names
+// and the optimizer's state.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "apps/train/optimizer.h"
+#include "apps/train/step.h"
+#include "models/config.h"
+#include "models/stage.h"
+#include "models/transformer.h"
+
+namespace tt {
+
+class Trainer {
+ public:
+  Trainer(const StageSpec& spec, const RunConfig& config, const torch::Device& device);
+  Trainer(const Trainer&) = delete;  // the runner refers to the model and optimizer held here
+  Trainer& operator=(const Trainer&) = delete;
+
+  // One optimisation step through the stage's runner (see StepRunner::step).
+  torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer = nullptr) {
+    return runner_->step(inputs, labels, timer);
+  }
+  // Forward and backward only, eagerly; gradients stay on the parameters (for the equivalence harness).
+  torch::Tensor forward_backward(const torch::Tensor& inputs, const torch::Tensor& labels) {
+    return eager_.forward_backward(inputs, labels);
+  }
+
+  // Restores weights, optimizer moments and step from a checkpoint; a differing model config throws.
+  void load_checkpoint(const std::string& path);
+  // Refuses an existing file unless overwrite is set.
+  void save_checkpoint(const std::string& path, bool overwrite) const;
+
+  Transformer& model() { return model_; }
+  const Transformer& model() const { return model_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  StepRunner& runner() { return *runner_; }
+  const StepRunner& runner() const { return *runner_; }
+  const StageSpec& spec() const { return spec_; }
+  const RunConfig& config() const { return config_; }
+  const torch::Device& device() const { return device_; }
+  Precision precision() const { return config_.training.dtype; }
+
+ private:
+  StageSpec spec_;
+  RunConfig config_;
+  torch::Device device_;
+  Transformer model_{nullptr};
+  std::unique_ptr<Optimizer> optimizer_;
+  EagerStep eager_;
+  StepRunner* runner_;
+};
+
+}  // namespace tt
