@@ -3,13 +3,19 @@
 #include "models/reference.h"
 
 namespace tt {
-namespace {
+// ---- Projection ---------------------------------------------------------------------------------
 
-torch::nn::Linear linear(int64_t in, int64_t out) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+ProjectionImpl::ProjectionImpl(int64_t in_features, int64_t out_features) {
+  // torch::nn::Linear's own initialisation, for a layer used on its own; the model overwrites it
+  // (TransformerImpl::init_weights).
+  weight = register_parameter("weight", torch::empty({out_features, in_features}));
+  torch::NoGradGuard no_grad;
+  torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
 }
 
-}  // namespace
+torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
+  return torch::nn::functional::linear(x, compute_weight.defined() ? compute_weight : weight);
+}
 
 // ---- RMSNorm ------------------------------------------------------------------------------------
 
@@ -53,13 +59,13 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const StageSpec& spec)
     : n_heads_(c.n_heads), n_kv_heads_(c.n_kv_heads), head_dim_(c.head_dim()), kind_(spec.attention) {
   const int64_t kv_dim = c.n_kv_heads * c.head_dim();
   if (spec.fused_qkv) {
-    qkv_proj = register_module("qkv_proj", linear(c.hidden_dim, c.hidden_dim + 2 * kv_dim));
+    qkv_proj = register_module("qkv_proj", Projection(c.hidden_dim, c.hidden_dim + 2 * kv_dim));
   } else {
-    q_proj = register_module("q_proj", linear(c.hidden_dim, c.hidden_dim));
-    k_proj = register_module("k_proj", linear(c.hidden_dim, kv_dim));
-    v_proj = register_module("v_proj", linear(c.hidden_dim, kv_dim));
+    q_proj = register_module("q_proj", Projection(c.hidden_dim, c.hidden_dim));
+    k_proj = register_module("k_proj", Projection(c.hidden_dim, kv_dim));
+    v_proj = register_module("v_proj", Projection(c.hidden_dim, kv_dim));
   }
-  o_proj = register_module("o_proj", linear(c.hidden_dim, c.hidden_dim));
+  o_proj = register_module("o_proj", Projection(c.hidden_dim, c.hidden_dim));
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, Rotary& rotary, KVCache* cache) {
@@ -112,12 +118,12 @@ MLPImpl::MLPImpl(const ModelConfig& c, const StageSpec& spec)
               "stage ", spec.name, ": the ", implementation(spec.activation).name,
               " activation works on the fused gate/up GEMM output");
   if (spec.fused_gate_up) {
-    gate_up_proj = register_module("gate_up_proj", linear(c.hidden_dim, 2 * c.intermediate_dim));
+    gate_up_proj = register_module("gate_up_proj", Projection(c.hidden_dim, 2 * c.intermediate_dim));
   } else {
-    gate_proj = register_module("gate_proj", linear(c.hidden_dim, c.intermediate_dim));
-    up_proj = register_module("up_proj", linear(c.hidden_dim, c.intermediate_dim));
+    gate_proj = register_module("gate_proj", Projection(c.hidden_dim, c.intermediate_dim));
+    up_proj = register_module("up_proj", Projection(c.hidden_dim, c.intermediate_dim));
   }
-  down_proj = register_module("down_proj", linear(c.intermediate_dim, c.hidden_dim));
+  down_proj = register_module("down_proj", Projection(c.intermediate_dim, c.hidden_dim));
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {

@@ -18,6 +18,19 @@ struct KVCache {
   int64_t length = 0;
 };
 
+// A bias-free linear layer, y = x W^T, whose fp32 weight W is the parameter (the master copy). A stage
+// that keeps low-precision compute copies gives it one (set_compute_weight): the forward then reads the
+// copy, which the optimizer rewrites after each update, instead of casting W in every step; the gradient
+// lands on the copy (a leaf) and the optimizer adds it to W's update.
+class ProjectionImpl : public torch::nn::Module {
+ public:
+  ProjectionImpl(int64_t in_features, int64_t out_features);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+  torch::Tensor compute_weight;  // undefined without a compute copy
+};
+TORCH_MODULE(Projection);
+
 class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps, NormKind kind);
@@ -53,7 +66,7 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, Rotary& rotary, KVCache* cache = nullptr);
 
   // Separate projections (v1) or one fused [q; k; v] weight (v2+); the unused ones stay empty.
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, qkv_proj{nullptr}, o_proj{nullptr};
+  Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, qkv_proj{nullptr}, o_proj{nullptr};
 
  private:
   int64_t n_heads_, n_kv_heads_, head_dim_;
@@ -66,7 +79,7 @@ class MLPImpl : public torch::nn::Module {
   MLPImpl(const ModelConfig& config, const StageSpec& spec);
   torch::Tensor forward(const torch::Tensor& x);
 
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, gate_up_proj{nullptr}, down_proj{nullptr};
+  Projection gate_proj{nullptr}, up_proj{nullptr}, gate_up_proj{nullptr}, down_proj{nullptr};
 
  private:
   ActivationKind activation_;

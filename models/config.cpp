@@ -50,6 +50,8 @@ const std::vector<Field<TrainConfig>>& train_fields() {
       {"weight_decay", &TrainConfig::weight_decay, "weight-decay"},
       {"grad_clip", &TrainConfig::grad_clip, "grad-clip", "max global gradient norm, 0 = off"},
       {"dtype", &TrainConfig::dtype, "dtype", "fp32 | bf16 (bf16: autocast mixed precision, fp32 master weights)"},
+      {"allow_tf32", &TrainConfig::allow_tf32, "allow-tf32",
+       "fp32 matmuls and convolutions on TF32 tensor cores (NVIDIA Ampere and later; the flag alone means true)"},
       {"seed", &TrainConfig::seed, "seed", "seed for weights and data"},
       {"device", &TrainConfig::device, "device", "auto | cpu | cuda (on ROCm builds, cuda is the HIP device)"},
       {"log_every", &TrainConfig::log_every, "log-every", "progress line every N steps, 0 = off"},
@@ -317,9 +319,11 @@ const std::vector<ConfigField>& config_fields() {
     const json model = to_json(defaults.model), training = to_json(defaults.training);
     std::vector<ConfigField> out;
     for (const auto& f : model_fields())
-      out.push_back({std::string("model.") + f.key, f.flag, f.help, default_text(model.at(f.key))});
+      out.push_back({std::string("model.") + f.key, f.flag, f.help, default_text(model.at(f.key)),
+                     model.at(f.key).is_boolean()});
     for (const auto& f : train_fields())
-      out.push_back({std::string("training.") + f.key, f.flag, f.help, default_text(training.at(f.key))});
+      out.push_back({std::string("training.") + f.key, f.flag, f.help, default_text(training.at(f.key)),
+                     training.at(f.key).is_boolean()});
     return out;
   }();
   return fields;

@@ -55,6 +55,7 @@ struct TrainConfig {
   double weight_decay = 0.01;
   double grad_clip = 0.0;     // max global gradient norm; 0 turns clipping off
   Precision dtype = Precision::kFp32;
+  bool allow_tf32 = false;    // fp32 matmuls on TF32 tensor cores (LibTorch's default, and the workshop's: off)
   int64_t seed = 42;
   std::string device = "auto"; // auto | cpu | cuda
   int64_t log_every = 10;     // progress line every N steps; 0 turns it off
@@ -84,7 +85,8 @@ struct ConfigField {
   std::string path;   // "training.batch_size"
   const char* flag;   // "batch-size"; nullptr when only a config file sets the field
   const char* help;   // what the flag means, "" when its path says it all
-  std::string default_value;  // the built-in default, as JSON text ("8", "\"fp32\"")
+  std::string default_value;  // the built-in default, as the help text shows it ("8", "fp32", "none")
+  bool boolean = false;       // a switch: the flag alone means true
 };
 // Every field, model section first, in the order of the config structs.
 const std::vector<ConfigField>& config_fields();

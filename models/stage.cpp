@@ -43,7 +43,19 @@ StageSpec v3_custom() {
   return spec;
 }
 
-std::vector<StageSpec> all() { return {v1_baseline(), v2_fused(), v3_custom()}; }
+// v3 with the host out of the step: the whole step as one graph, our multi-tensor AdamW, and (bf16) the
+// weight copies written by the optimizer instead of autocast's casts.
+StageSpec v4_ultra() {
+  StageSpec spec = v3_custom();
+  spec.name = "v4_ultra";
+  spec.summary = "v3 as one CUDA/HIP graph per step, with our multi-tensor AdamW writing bf16 weight copies";
+  spec.optimizer = OptimizerKind::kOurAdamW;
+  spec.compute_copies = true;
+  spec.step = StepKind::kGraph;
+  return spec;
+}
+
+std::vector<StageSpec> all() { return {v1_baseline(), v2_fused(), v3_custom(), v4_ultra()}; }
 
 const StageSpec* find(const std::string& name) {
   static const std::vector<StageSpec> specs = all();
@@ -197,6 +209,9 @@ const std::vector<OptimizerImplementation>& optimizer_implementations() {
   static const std::vector<OptimizerImplementation> list = {
       {OptimizerKind::kTorchAdamW, "torch::optim::AdamW", "torch::optim::AdamW"},
       {OptimizerKind::kAtenFusedAdamW, "at::_fused_adamw_", "at::_fused_adamw_"},
+      {OptimizerKind::kOurAdamW, "tt::ops::adamw_step",
+       "our multi-tensor AdamW kernel (tt::ops::adamw_step): step counter, clipping and bias correction on the "
+       "device"},
   };
   return list;
 }
@@ -231,7 +246,19 @@ nlohmann::json to_json(const StageSpec& s) {
             {"gate_up_projection", s.fused_gate_up ? "fused (one GEMM)" : "separate gate, up"},
             {"activation", implementation(s.activation).description},
             {"loss", implementation(s.loss).description},
-            {"optimizer", implementation(s.optimizer).description}}}};
+            {"optimizer", implementation(s.optimizer).description},
+            {"weights", s.compute_copies ? "fp32 masters; in bf16 runs the forward reads bf16 copies that the "
+                                           "optimizer writes"
+                                         : "fp32; in bf16 runs autocast casts them in every forward"},
+            {"step", to_string(s.step)}}}};
+}
+
+const char* to_string(StepKind kind) {
+  switch (kind) {
+    case StepKind::kEager: return "eager: op by op through LibTorch's autograd";
+    case StepKind::kGraph: return "one CUDA/HIP graph: forward, backward and optimizer captured once, replayed every step";
+  }
+  return "?";
 }
 
 }  // namespace tt

@@ -26,7 +26,11 @@ enum class RopeKind { kReference, kCachedTables, kOurKernel };
 enum class AttentionKind { kMaskedMatmul, kSdpa };
 enum class ActivationKind { kReference, kOurKernel };
 enum class LossKind { kReference, kOurKernel };
-enum class OptimizerKind { kTorchAdamW, kAtenFusedAdamW };
+enum class OptimizerKind { kTorchAdamW, kAtenFusedAdamW, kOurAdamW };
+
+// How a training step runs: op by op through LibTorch's autograd, or captured once as a CUDA/HIP graph
+// (forward, backward and optimizer) and replayed every step. The step runners are in apps/train/.
+enum class StepKind { kEager, kGraph };
 
 struct StageSpec {
   std::string name;
@@ -39,16 +43,22 @@ struct StageSpec {
   ActivationKind activation = ActivationKind::kReference;
   LossKind loss = LossKind::kReference;
   OptimizerKind optimizer = OptimizerKind::kTorchAdamW;
+  // bf16 runs: the forward reads bf16 copies of the weights that the optimizer writes in its update pass,
+  // instead of autocast casting the fp32 weights every step (TransformerImpl::enable_compute_copies).
+  // Needs the optimizer that writes them, kOurAdamW.
+  bool compute_copies = false;
+  StepKind step = StepKind::kEager;
 };
 
 namespace stages {
 StageSpec v1_baseline();
 StageSpec v2_fused();
 StageSpec v3_custom();
+StageSpec v4_ultra();
 std::vector<StageSpec> all();
 // nullptr when no stage has that name.
 const StageSpec* find(const std::string& name);
-std::string names();  // "v1_baseline, v2_fused, v3_custom"
+std::string names();  // "v1_baseline, v2_fused, v3_custom, v4_ultra"
 }  // namespace stages
 
 // ---- The catalog ----------------------------------------------------------------------------------------
@@ -109,5 +119,6 @@ const OptimizerImplementation& implementation(OptimizerKind kind);
 
 // The stage as result files record it: name, summary and what each component is.
 nlohmann::json to_json(const StageSpec& spec);
+const char* to_string(StepKind kind);
 
 }  // namespace tt

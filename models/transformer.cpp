@@ -30,7 +30,9 @@ torch::Tensor TransformerImpl::hidden_states(const torch::Tensor& input_ids, std
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& input_ids, std::vector<KVCache>* caches) {
   // Tied: lm_head_weight is the embedding's own weight tensor (same storage, same gradient).
-  return torch::nn::functional::linear(hidden_states(input_ids, caches), config_.tie_embeddings ? embed_tokens->weight : lm_head_weight);
+  const auto& head = head_compute_weight_.defined() ? head_compute_weight_
+                                                    : (config_.tie_embeddings ? embed_tokens->weight : lm_head_weight);
+  return torch::nn::functional::linear(hidden_states(input_ids, caches), head);
 }
 
 torch::Tensor TransformerImpl::loss(const torch::Tensor& input_ids, const torch::Tensor& labels) {
@@ -91,6 +93,7 @@ void TransformerImpl::init_weights(uint64_t seed) {
     }
     target.copy_(value);
   }
+  refresh_compute_copies();
 }
 
 std::map<std::string, torch::Tensor> TransformerImpl::canonical_state() const {
@@ -102,7 +105,7 @@ std::map<std::string, torch::Tensor> TransformerImpl::canonical_state() const {
 std::map<std::string, torch::Tensor> TransformerImpl::canonical_grads() const {
   std::map<std::string, torch::Tensor> out;
   for (const auto& s : canonical_layout()) {
-    const auto& grad = s.parameter.grad();
+    const auto grad = gradient_of(s.parameter);
     out[s.name] = grad.defined() ? s.of(grad).detach().to(torch::kCPU).clone() : torch::Tensor();
   }
   return out;
@@ -122,6 +125,33 @@ void TransformerImpl::load_canonical_state(const std::map<std::string, torch::Te
   }
   for (const auto& [name, value] : state)
     TORCH_CHECK(expected.count(name), "weights: tensor '", name, "' is not part of this model");
+  refresh_compute_copies();
+}
+
+void TransformerImpl::enable_compute_copies(torch::Dtype dtype) {
+  TORCH_CHECK(compute_copies_.empty(), "compute copies are already enabled");
+  auto add = [&](const torch::Tensor& master) {
+    compute_copies_.push_back({master, master.detach().to(dtype).requires_grad_(true)});
+    return compute_copies_.back().copy;
+  };
+  for (const auto& m : modules(/*include_self=*/false))
+    if (auto* projection = m->as<ProjectionImpl>()) projection->compute_weight = add(projection->weight);
+  head_compute_weight_ = add(config_.tie_embeddings ? embed_tokens->weight : lm_head_weight);
+}
+
+void TransformerImpl::refresh_compute_copies() {
+  torch::NoGradGuard no_grad;
+  for (auto& c : compute_copies_) c.copy.copy_(c.master);
+}
+
+torch::Tensor TransformerImpl::gradient_of(const torch::Tensor& parameter) const {
+  torch::Tensor grad = parameter.grad();
+  for (const auto& c : compute_copies_) {
+    if (!c.master.is_same(parameter) || !c.copy.grad().defined()) continue;
+    const auto copy_grad = c.copy.grad().to(torch::kFloat32);
+    grad = grad.defined() ? grad + copy_grad : copy_grad;
+  }
+  return grad;
 }
 
 std::vector<KVCache> TransformerImpl::make_caches(int64_t batch, int64_t max_len, torch::Dtype dtype,

@@ -41,9 +41,24 @@ class TransformerImpl : public torch::nn::Module {
   // Canonical names in a fixed order (embedding, layers in order, final norm, untied head if any).
   std::vector<CanonicalSlice> canonical_layout() const;
   std::map<std::string, torch::Tensor> canonical_state() const;  // detached copies, CPU
-  std::map<std::string, torch::Tensor> canonical_grads() const;  // detached copies, CPU
+  std::map<std::string, torch::Tensor> canonical_grads() const;  // detached copies, CPU, fp32 (gradient_of)
   // Copies every canonical tensor in; missing, extra or mis-shaped names throw.
   void load_canonical_state(const std::map<std::string, torch::Tensor>& state);
+
+  // Low-precision compute copies: one copy of every projection weight and of the output head's weight, which
+  // the forward reads instead of casting the fp32 weights (the masters) in every step. The optimizer
+  // rewrites the copies after each update (tt::ops::adamw_step); initialising or loading weights refreshes
+  // them here. Call after moving the model to its device.
+  struct ComputeCopy {
+    torch::Tensor master;  // the fp32 parameter
+    torch::Tensor copy;    // a leaf that requires grad: the forward's gradient lands here
+  };
+  void enable_compute_copies(torch::Dtype dtype);
+  const std::vector<ComputeCopy>& compute_copies() const { return compute_copies_; }
+  void refresh_compute_copies();
+  // A parameter's gradient: its own .grad plus its compute copy's (a tied weight has both), in fp32;
+  // undefined when there is neither.
+  torch::Tensor gradient_of(const torch::Tensor& parameter) const;
 
   // One cache per layer, sized for max_len positions, in the given dtype and device.
   std::vector<KVCache> make_caches(int64_t batch, int64_t max_len, torch::Dtype dtype, const torch::Device& device) const;
@@ -61,6 +76,8 @@ class TransformerImpl : public torch::nn::Module {
   ModelConfig config_;
   StageSpec spec_;
   Rotary rotary_{nullptr};
+  std::vector<ComputeCopy> compute_copies_;
+  torch::Tensor head_compute_weight_;  // the output head's copy, when there are compute copies
 };
 TORCH_MODULE(Transformer);
 

@@ -56,10 +56,14 @@ EquivalenceRun run_equivalence(const StageSpec& candidate_spec, const RunConfig&
   run.reference.push_back(snapshot(reference, inputs, labels));
   run.candidate.push_back(snapshot(candidate, inputs, labels));
   run.checkpoints.push_back(compare(run.candidate.back(), run.reference.back()));
+  // Fixed batch buffers, as the training loop keeps them: a graphed stage replays reads of these addresses.
+  auto step_inputs = torch::empty_like(inputs), step_labels = torch::empty_like(labels);
   for (int i = 0; i < steps; ++i) {
     auto [x, y] = batch(2000 + static_cast<uint64_t>(i));
-    reference.step(x, y);
-    candidate.step(x, y);
+    step_inputs.copy_(x);
+    step_labels.copy_(y);
+    reference.step(step_inputs, step_labels);
+    candidate.step(step_inputs, step_labels);
   }
   run.reference.push_back(snapshot(reference, inputs, labels));
   run.candidate.push_back(snapshot(candidate, inputs, labels));

@@ -162,12 +162,33 @@ TEST(CommandLine, BadFlagsAreClearErrors) {
             std::string::npos);
 }
 
+TEST(CommandLine, AllowTf32IsASwitchRecordedInTheConfig) {
+  EXPECT_FALSE(parse({}).config.training.allow_tf32);
+  EXPECT_TRUE(parse({"--allow-tf32"}).config.training.allow_tf32);
+  EXPECT_FALSE(parse({"--allow-tf32=false"}).config.training.allow_tf32);
+  EXPECT_NE(error_of([] { parse({"--allow-tf32=maybe"}); }).find("must be true or false, got 'maybe'"), std::string::npos);
+  EXPECT_EQ(to_json(parse({"--allow-tf32"}).config)["training"]["allow_tf32"], true);
+}
+
+TEST(CommandLine, NoGraphIsRefusedForAStageWithoutAGraph) {
+  std::vector<const char*> argv = {"v3_custom", "--no-graph", "--device", "cpu", "--validate"};
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(stage_main(static_cast<int>(argv.size()), const_cast<char**>(argv.data()), stages::v3_custom()), 2);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("--no-graph applies to stages that capture their step as a graph"), std::string::npos) << err;
+  argv[0] = "v4_ultra";
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(stage_main(static_cast<int>(argv.size()), const_cast<char**>(argv.data()), stages::v4_ultra()), 0);
+  ::testing::internal::GetCapturedStdout();
+}
+
 TEST(CommandLine, HelpDocumentsEveryFlagWithDefault) {
   auto p = parse({"--help"});
   ASSERT_TRUE(p.help);
   for (const char* flag : {"--batch-size", "--seq-len", "--num-steps", "--hidden-dim", "--num-layers", "--num-heads",
                            "--num-kv-heads", "--learning-rate", "--use-amp", "--config", "--output", "--device", "--dtype",
-                           "--seed", "--warmup-steps", "--data", "--save-checkpoint", "--load-checkpoint", "--doctor"})
+                           "--seed", "--warmup-steps", "--data", "--save-checkpoint", "--load-checkpoint", "--doctor",
+                           "--allow-tf32", "--no-graph"})
     EXPECT_NE(p.help_text.find(flag), std::string::npos) << flag;
   EXPECT_NE(p.help_text.find("default 8"), std::string::npos);
 }

@@ -47,7 +47,8 @@ TEST_P(StageEquivalence, MatchesV1InBf16WithinTwiceV1sOwnError) {
     expect_bf16_equivalent(candidate.checkpoints[i], baseline.checkpoints[i], i == 0 ? "initial" : "after 3 steps");
 }
 
-INSTANTIATE_TEST_SUITE_P(Stages, StageEquivalence, ::testing::Values(&stages::v2_fused, &stages::v3_custom),
+INSTANTIATE_TEST_SUITE_P(Stages, StageEquivalence,
+                         ::testing::Values(&stages::v2_fused, &stages::v3_custom, &stages::v4_ultra),
                          [](const auto& info) { return info.param().name; });
 
 TEST(EquivalenceHarness, DetectsAWrongStage) {

@@ -54,6 +54,14 @@ TEST(GpuTraining, GpuLossMatchesCpuLoss) {
   EXPECT_NEAR(a, b, 1e-5 * a);
 }
 
+// v4 with its step run eagerly (--no-graph): the same kernels, launched one by one.
+StageSpec v4_ultra_eager() {
+  StageSpec spec = stages::v4_ultra();
+  spec.name = "v4_ultra_eager";
+  spec.step = StepKind::kEager;
+  return spec;
+}
+
 class GpuStageEquivalence : public ::testing::TestWithParam<StageSpec (*)()> {};
 
 TEST_P(GpuStageEquivalence, MatchesV1InFp32) {
@@ -82,7 +90,8 @@ TEST_P(GpuStageEquivalence, MatchesV1InBf16WithinTwiceV1sOwnError) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Stages, GpuStageEquivalence, ::testing::Values(&stages::v2_fused, &stages::v3_custom),
+INSTANTIATE_TEST_SUITE_P(Stages, GpuStageEquivalence,
+                         ::testing::Values(&stages::v2_fused, &stages::v3_custom, &stages::v4_ultra, &v4_ultra_eager),
                          [](const auto& info) { return info.param().name; });
 
 }  // namespace

@@ -47,6 +47,16 @@ TEST(Training, SameSeedGivesIdenticalLosses) {
   }
 }
 
+TEST(Training, GraphedStageRunsEagerlyOnTheCpuAndSaysSo) {
+  std::ostringstream log;
+  auto result = train_result(stages::v4_ultra(), smoke_config(), torch::kCPU, log);
+  EXPECT_NO_THROW(validate_result_json(result));
+  const std::string step = result["stage"]["components"]["step"];
+  EXPECT_NE(step.find("eager"), std::string::npos) << step;
+  EXPECT_NE(step.find("graphs need a GPU"), std::string::npos) << step;
+  EXPECT_TRUE(result["summary"]["forward_ms"].is_object());  // eager steps time their phases
+}
+
 TEST(Training, ResultJsonValidatesAndIsComplete) {
   RunConfig c = smoke_config();
   c.training.log_every = 3;

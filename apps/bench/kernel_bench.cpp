@@ -16,8 +16,10 @@
 #include "apps/report/results.h"
 #include "apps/report/system_info.h"
 #include "apps/train/format.h"
+#include "kernels/ops/adamw.h"
 #include "models/reference.h"
 #include "models/stage.h"
+#include "models/transformer.h"
 
 namespace tt::bench {
 namespace {
@@ -261,12 +263,61 @@ std::vector<Case> sdpa_gqa_cases(const BenchShape& shape, torch::ScalarType dtyp
   return {forward, both};
 }
 
+// Not a catalog family either: the optimizer step over a model's parameters (the shape's model, built
+// with v3's fused projections), our multi-tensor kernel against LibTorch's fused one as v2/v3 call it.
+// fp32: fp32 gradients for both. bf16: as the stages train in bf16: ours reads the bf16 gradients of the
+// compute copies and writes the copies, at::_fused_adamw_ reads the fp32 gradients autocast produces.
+std::vector<Case> adamw_cases(const BenchShape& shape, torch::ScalarType dtype, c10::Device device) {
+  ModelConfig m;
+  m.vocab_size = shape.vocab;
+  m.hidden_dim = shape.hidden;
+  m.n_heads = shape.heads;
+  m.n_kv_heads = shape.kv_heads;
+  m.intermediate_dim = shape.ffn;
+  m.n_layers = 1;  // the step is per parameter: one layer plus the embedding, scaled by the byte count
+  Transformer model(m, stages::v3_custom());
+  model->to(device);
+  const bool copies = dtype == torch::kBFloat16;
+  std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps, copy_list, copy_grads;
+  int64_t numel = 0;
+  for (const auto& p : model->parameters()) {
+    params.push_back(p.detach().clone());
+    grads.push_back(torch::randn_like(params.back()));
+    exp_avgs.push_back(torch::zeros_like(params.back()));
+    exp_avg_sqs.push_back(torch::zeros_like(params.back()));
+    steps.push_back(torch::zeros({}, params.back().options()));
+    copy_list.push_back(params.back().to(torch::kBFloat16));
+    copy_grads.push_back(grads.back().to(torch::kBFloat16));
+    numel += p.numel();
+  }
+  auto state = ops::adamw_state(device);
+  std::vector<ops::AdamWParam> list;
+  for (size_t i = 0; i < params.size(); ++i)
+    list.push_back({params[i], copies ? torch::Tensor() : grads[i], copies ? copy_list[i] : torch::Tensor(),
+                    copies ? copy_grads[i] : torch::Tensor(), exp_avgs[i], exp_avg_sqs[i]});
+  // Read master, gradient and both moments, write master and moments (+ copies: read a bf16 gradient
+  // instead of an fp32 one, write the copy).
+  const int64_t bytes = numel * (copies ? 4 * 3 + 2 + 4 * 3 + 2 : 4 * 4 + 4 * 3);
+  Case step{"optimizer step", bytes, {}};
+  step.implementations = {
+      {"tt::ops::adamw_step", [=] { ops::adamw_step(list, state, {}); }},
+      {"at::_fused_adamw_",
+       [=] {
+         at::_foreach_add_(steps, 1.0);
+         at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, 3e-4, 0.9, 0.999, 0.01, 1e-8, false, false,
+                           std::nullopt, std::nullopt);
+       }},
+  };
+  return {step};
+}
+
 using CaseBuilder = std::vector<Case> (*)(const BenchShape&, torch::ScalarType, c10::Device);
 
 const std::vector<std::pair<std::string, CaseBuilder>>& builders() {
   static const std::vector<std::pair<std::string, CaseBuilder>> list = {
       {"rms_norm", norm_cases},      {"rope", rope_cases},         {"attention", attention_cases},
       {"swiglu", activation_cases},  {"cross_entropy", loss_cases}, {"sdpa_gqa", sdpa_gqa_cases},
+      {"adamw", adamw_cases},
   };
   return list;
 }

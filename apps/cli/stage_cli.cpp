@@ -26,8 +26,9 @@ void add_config_flags(cxxopts::Options& o) {
     const bool model = f.path.rfind("model.", 0) == 0;
     const std::string help =
         std::string(f.help) + (*f.help ? " " : "") + "[" + f.path + ", default " + f.default_value + "]";
-    o.add_options(model ? "Model (override config fields)" : "Training (override config fields)")(
-        f.flag, help, cxxopts::value<std::string>());
+    auto value = cxxopts::value<std::string>();
+    if (f.boolean) value->implicit_value("true");
+    o.add_options(model ? "Model (override config fields)" : "Training (override config fields)")(f.flag, help, value);
   }
 }
 
@@ -44,7 +45,9 @@ cxxopts::Options make_options(const std::string& program) {
       cxxopts::value<std::string>())("load-checkpoint", "start from this checkpoint (its model config must match)",
                                      cxxopts::value<std::string>())(
       "validate", "check the config, print the effective config as JSON, and exit")(
-      "doctor", "print backend, GPU, LibTorch version and installed profilers, and exit")("help", "show this help");
+      "doctor", "print backend, GPU, LibTorch version and installed profilers, and exit")(
+      "no-graph", "stages that capture their step as a CUDA/HIP graph (v4_ultra): run the same kernels eagerly")(
+      "help", "show this help");
   o.add_options("Profiling")(
       "profile",
       "after the measured steps, record --profile-steps extra steps with LibTorch's Kineto profiler: "
@@ -116,6 +119,7 @@ ParsedCommandLine parse_command_line(const std::string& program, const std::vect
   override_field(r, "load-checkpoint", o.load_checkpoint);
   o.validate_only = r.count("validate") > 0;
   o.doctor = r.count("doctor") > 0;
+  o.no_graph = r.count("no-graph") > 0;
   if (r.count("profile-steps") && !r.count("profile")) throw ConfigError("--profile-steps needs --profile");
   if (r.count("profile")) {
     o.profile_steps = kDefaultProfileSteps;
@@ -150,13 +154,22 @@ ParsedCommandLine parse_command_line(const std::string& program, const std::vect
   return parsed;
 }
 
-int stage_main(int argc, char** argv, const StageSpec& spec) {
+int stage_main(int argc, char** argv, const StageSpec& stage) {
   ParsedCommandLine parsed;
   try {
-    parsed = parse_command_line(spec.name, std::vector<std::string>(argv + 1, argv + argc));
+    parsed = parse_command_line(stage.name, std::vector<std::string>(argv + 1, argv + argc));
   } catch (const std::exception& e) {
-    std::cerr << spec.name << ": error: " << error_message(e) << std::endl;
+    std::cerr << stage.name << ": error: " << error_message(e) << std::endl;
     return 2;
+  }
+  StageSpec spec = stage;
+  if (parsed.options.no_graph) {
+    if (spec.step != StepKind::kGraph) {
+      std::cerr << spec.name << ": error: --no-graph applies to stages that capture their step as a graph "
+                << "(v4_ultra); " << spec.name << " runs its step eagerly already" << std::endl;
+      return 2;
+    }
+    spec.step = StepKind::kEager;
   }
   if (parsed.help) {
     std::cout << parsed.help_text << std::endl;

@@ -21,6 +21,7 @@ struct RunOptions {
   int64_t eval_every = 0;       // also evaluate every N steps during training; 0: only after the last
   bool eval_only = false;       // evaluate the load_checkpoint weights, no training
   int64_t profile_steps = 0;    // --profile: extra steps recorded with Kineto after the measured ones; 0 = off
+  bool no_graph = false;        // run a graphed stage's step eagerly (the same kernels, launched one by one)
 };
 
 struct ParsedCommandLine {

@@ -23,6 +23,7 @@ struct PeakFlops {
 // Looks the device name up (e.g. "NVIDIA H100 80GB HBM3", "AMD Instinct MI300X"). Precision::kFp32 means
 // fp32 matmuls without TF32 on NVIDIA (LibTorch's default), the matrix-core fp32 rate on AMD CDNA.
 // Unknown GPUs (and the CPU) give nullopt: no guessed MFU.
-std::optional<PeakFlops> peak_flops(const std::string& device_name, Precision precision);
+// allow_tf32: fp32 matmuls on TF32 tensor cores, against the TF32 peak (fp32's where a GPU has no TF32).
+std::optional<PeakFlops> peak_flops(const std::string& device_name, Precision precision, bool allow_tf32 = false);
 
 }  // namespace tt

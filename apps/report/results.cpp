@@ -32,6 +32,7 @@ nlohmann::json stage_details(const Trainer& trainer) {
   const auto& t = trainer.config().training;
   const AttentionShape shape{t.batch_size, t.seq_len, m.n_heads, m.n_kv_heads, m.head_dim()};
   details.update(implementation(trainer.spec().attention).backend(shape, t.dtype, trainer.device()));
+  details["components"]["step"] = trainer.step_description();
   return details;
 }
 
@@ -56,7 +57,8 @@ nlohmann::json build_result(const Trainer& trainer, const RunRecord& record, con
   const double tokens_per_step = static_cast<double>(t.batch_size * t.seq_len);
   const double flops = training_flops_per_step(config.model, t.batch_size, t.seq_len);
   const double achieved_tflops = flops / (step.median * 1e-3) / 1e12;
-  const auto peak = device.is_cuda() ? peak_flops(system.device_name, t.dtype) : std::nullopt;
+  const auto peak = device.is_cuda() ? peak_flops(system.device_name, t.dtype, t.allow_tf32) : std::nullopt;
+  const bool tf32 = t.dtype == Precision::kFp32 && t.allow_tf32;
   nlohmann::json losses = record.losses;  // NaN and inf become null
 
   nlohmann::json summary = {
@@ -70,11 +72,21 @@ nlohmann::json build_result(const Trainer& trainer, const RunRecord& record, con
       {"achieved_tflops", achieved_tflops},
       {"peak_tflops", peak ? nlohmann::json(peak->tflops) : nlohmann::json(nullptr)},
       {"mfu", peak ? nlohmann::json(achieved_tflops / peak->tflops) : nlohmann::json(nullptr)},
-      {"mfu_note", peak ? strprintf("peak %.1f TFLOP/s dense %s for ", peak->tflops, to_string(t.dtype)) + peak->gpu +
+      {"mfu_note", peak ? strprintf("peak %.1f TFLOP/s dense %s for ", peak->tflops, tf32 ? "tf32" : to_string(t.dtype)) +
+                              peak->gpu +
                               " (" + peak->source + ")"
                         : "MFU not computed: no peak FLOP/s known for '" + system.device_name + "'"},
       {"peak_allocated_mb", spread(record.peak_allocated_mb).max},
       {"peak_reserved_mb", spread(record.peak_reserved_mb).max},
+      {"device_used_mb", device.is_cuda() ? nlohmann::json(record.device_used_mb) : nlohmann::json(nullptr)},
+      {"memory_note", trainer.graphed()
+                          ? "peak_allocated_mb counts tensors alive through a step; a replayed graph allocates "
+                            "nothing, and its activations live in the graph's private pool, which "
+                            "peak_reserved_mb includes. device_used_mb: the GPU's memory in use after the measured "
+                            "steps (the driver's figure: LibTorch's pools, CUDA/HIP context, library workspaces)"
+                          : "peak_allocated_mb and peak_reserved_mb: LibTorch's caching allocator, largest over "
+                            "the measured steps. device_used_mb: the GPU's memory in use after the measured "
+                            "steps (the driver's figure: LibTorch's pools, CUDA/HIP context, library workspaces)"},
       {"first_loss", losses.front()},
       {"final_loss", losses.back()},
   };
@@ -82,7 +94,11 @@ nlohmann::json build_result(const Trainer& trainer, const RunRecord& record, con
   for (const auto& p : trainer.model()->parameters()) parameters += p.numel();
   nlohmann::json training = {
       {"dtype", to_string(t.dtype)},
-      {"precision", t.dtype == Precision::kBf16 ? "bf16 autocast, fp32 master weights" : "fp32 (TF32 off)"},
+      {"precision", t.dtype == Precision::kFp32
+                        ? (t.allow_tf32 ? "fp32, matmuls on TF32 tensor cores (--allow-tf32)" : "fp32 (TF32 off)")
+                        : (trainer.model()->compute_copies().empty()
+                               ? "bf16 autocast, fp32 master weights"
+                               : "bf16 autocast, fp32 master weights, bf16 weight copies written by the optimizer")},
       {"batch_size", t.batch_size},
       {"seq_len", t.seq_len},
       {"warmup_steps", t.warmup_steps},

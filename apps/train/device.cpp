@@ -62,6 +62,12 @@ int64_t total_device_memory(const torch::Device& device) {
   return static_cast<int64_t>(at::accelerator::getMemoryInfo(device.index()).second);
 }
 
+int64_t device_memory_in_use(const torch::Device& device) {
+  if (!device.is_cuda()) return 0;
+  const auto [free, total] = at::accelerator::getMemoryInfo(device.index());
+  return static_cast<int64_t>(total - free);
+}
+
 AutocastScope::AutocastScope(const torch::Device& device, Precision precision)
     : type_(device.type()),
       enabled_(precision == Precision::kBf16), previous_(at::autocast::is_autocast_enabled(device.type())) {

@@ -39,6 +39,9 @@ struct MemoryStats {
 void reset_peak_memory(const torch::Device& device);
 MemoryStats peak_memory(const torch::Device& device);  // zeros on the CPU
 int64_t total_device_memory(const torch::Device& device);  // 0 on the CPU
+// Bytes in use on the device as its driver sees them (total - free): every pool, context and workspace of
+// this process (and of any other on the same GPU). 0 on the CPU.
+int64_t device_memory_in_use(const torch::Device& device);
 
 // bf16 autocast for the forward pass under Precision::kBf16 (the workshop's --use-amp), fp32 master
 // weights; nothing under kFp32.

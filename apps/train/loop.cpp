@@ -57,6 +57,7 @@ RunRecord Recorder::finish() {
     record_.backward_ms.push_back(timer.elapsed_ms(kAfterForward, kAfterBackward));
     record_.optimizer_ms.push_back(timer.elapsed_ms(kAfterBackward, kStepEnd));
   }
+  record_.device_used_mb = static_cast<double>(device_memory_in_use(device_)) / (1 << 20);
   auto losses = losses_.to(torch::kCPU, torch::kFloat64).contiguous();
   record_.losses.assign(losses.data_ptr<double>(), losses.data_ptr<double>() + losses.numel());
   return record_;

@@ -25,6 +25,7 @@ struct RunRecord {
   // Per measured step, milliseconds. The phase lists stay empty when the runner cannot time phases.
   std::vector<double> step_ms, forward_ms, backward_ms, optimizer_ms;
   std::vector<double> peak_allocated_mb, peak_reserved_mb;  // per measured step; zeros on the CPU
+  double device_used_mb = 0;  // the driver's figure after the measured steps (total - free); 0 on the CPU
 };
 
 // Timings, memory and progress lines of one run.

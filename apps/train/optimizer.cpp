@@ -1,5 +1,7 @@
 #include "apps/train/optimizer.h"
 
+#include "kernels/ops/adamw.h"
+
 namespace tt {
 namespace {
 
@@ -8,10 +10,14 @@ class TorchAdamW final : public Optimizer {
  public:
   TorchAdamW(std::vector<torch::Tensor> params, const AdamWOptions& o)
       : Optimizer(params),
-        adamw_(params, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay)) {}
+        adamw_(params, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay)),
+        max_grad_norm_(o.max_grad_norm) {}
 
   void zero_grad() override { adamw_.zero_grad(/*set_to_none=*/true); }
-  void step() override { adamw_.step(); }
+  void step() override {
+    if (max_grad_norm_ > 0) clip_grad_norm(params_, max_grad_norm_);
+    adamw_.step();
+  }
 
   torch::Tensor exp_avg(size_t i) const override {
     const auto* s = state(i);
@@ -44,6 +50,7 @@ class TorchAdamW final : public Optimizer {
     return it == states.end() ? nullptr : static_cast<const torch::optim::AdamWParamState*>(it->second.get());
   }
   torch::optim::AdamW adamw_;
+  double max_grad_norm_;
 };
 
 // at::_fused_adamw_: one multi-tensor kernel family for all parameters, state and step counters on the
@@ -64,6 +71,7 @@ class FusedAdamW final : public Optimizer {
   }
 
   void step() override {
+    if (options_.max_grad_norm > 0) clip_grad_norm(params_, options_.max_grad_norm);
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> grads;
     grads.reserve(params_.size());
@@ -98,12 +106,76 @@ class FusedAdamW final : public Optimizer {
   int64_t host_steps_ = 0;
 };
 
+// tt::ops::adamw_step: our multi-tensor kernel. Moments and the step counter live on the device, so a
+// captured graph replays the whole update, clipping included; in bf16 stages with compute copies the same
+// pass writes the copies the next forward reads, and the copies' gradients join their masters'.
+class OurAdamW final : public Optimizer {
+ public:
+  OurAdamW(const Transformer& model, const AdamWOptions& o)
+      : Optimizer(model->parameters()),
+        copies_(model->compute_copies()),
+        hyper_{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.max_grad_norm},
+        state_(ops::adamw_state(params_.empty() ? torch::Device(torch::kCPU) : params_.front().device())) {
+    for (const auto& p : params_) {
+      exp_avgs_.push_back(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
+      exp_avg_sqs_.push_back(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
+      torch::Tensor copy;
+      for (const auto& c : copies_)
+        if (c.master.is_same(p)) copy = c.copy;
+      copy_of_.push_back(copy);
+    }
+  }
+
+  void zero_grad() override {
+    for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+    for (auto& c : copies_) c.copy.mutable_grad() = torch::Tensor();
+  }
+
+  void step() override {
+    std::vector<ops::AdamWParam> list;
+    list.reserve(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto& copy = copy_of_[i];
+      list.push_back({params_[i], params_[i].grad(), copy, copy.defined() ? copy.grad() : torch::Tensor(),
+                      exp_avgs_[i], exp_avg_sqs_[i]});
+    }
+    torch::NoGradGuard no_grad;
+    ops::adamw_step(list, state_, hyper_);
+  }
+
+  torch::Tensor exp_avg(size_t i) const override { return exp_avgs_[i]; }
+  torch::Tensor exp_avg_sq(size_t i) const override { return exp_avg_sqs_[i]; }
+  // A host sync: the counter lives on the device, advanced by every step (and every graph replay).
+  int64_t step_count() const override { return static_cast<int64_t>(state_[ops::kAdamWStep].item<float>()); }
+  void load_state(const std::vector<torch::Tensor>& m, const std::vector<torch::Tensor>& v, int64_t step) override {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      exp_avgs_[i].copy_(m[i]);
+      exp_avg_sqs_[i].copy_(v[i]);
+    }
+    state_[ops::kAdamWStep].fill_(static_cast<double>(step));
+  }
+
+ private:
+  std::vector<TransformerImpl::ComputeCopy> copies_;
+  std::vector<torch::Tensor> copy_of_;  // per parameter: its compute copy, or undefined
+  ops::AdamWHyperparameters hyper_;
+  torch::Tensor state_;
+  std::vector<torch::Tensor> exp_avgs_, exp_avg_sqs_;
+};
+
 }  // namespace
 
-std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, std::vector<torch::Tensor> params,
-                                          const AdamWOptions& options) {
-  if (kind == OptimizerKind::kAtenFusedAdamW) return std::make_unique<FusedAdamW>(std::move(params), options);
-  return std::make_unique<TorchAdamW>(std::move(params), options);
+std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const Transformer& model, const AdamWOptions& options) {
+  TORCH_CHECK(model->compute_copies().empty() || kind == OptimizerKind::kOurAdamW,
+              "the model has compute copies, which only ", implementation(OptimizerKind::kOurAdamW).name,
+              " writes; the stage chose ", implementation(kind).name);
+  switch (kind) {
+    case OptimizerKind::kTorchAdamW: return std::make_unique<TorchAdamW>(model->parameters(), options);
+    case OptimizerKind::kAtenFusedAdamW: return std::make_unique<FusedAdamW>(model->parameters(), options);
+    case OptimizerKind::kOurAdamW: return std::make_unique<OurAdamW>(model, options);
+  }
+  TORCH_CHECK(false, "unknown optimizer kind ", static_cast<int>(kind));
 }
 
 void clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {

@@ -1,5 +1,6 @@
-// AdamW behind one interface, so a stage chooses LibTorch's per-parameter loop or the fused multi-tensor
-// kernel. State (first/second moments, step count) is exposed per parameter for checkpoints.
+// AdamW behind one interface, so a stage chooses LibTorch's per-parameter loop, LibTorch's fused
+// multi-tensor kernel or our own (tt::ops::adamw_step). Clipping the global gradient norm is part of the
+// step. State (first/second moments, step count) is exposed per parameter for checkpoints.
 #pragma once
 
 #include <memory>
@@ -9,12 +10,16 @@
 
 #include "models/config.h"
 #include "models/stage.h"
+#include "models/transformer.h"
 
 namespace tt {
 
 struct AdamWOptions {
   double lr = 3e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
-  static AdamWOptions from(const TrainConfig& t) { return {t.learning_rate, t.beta1, t.beta2, t.adam_eps, t.weight_decay}; }
+  double max_grad_norm = 0.0;  // 0: no clipping
+  static AdamWOptions from(const TrainConfig& t) {
+    return {t.learning_rate, t.beta1, t.beta2, t.adam_eps, t.weight_decay, t.grad_clip};
+  }
 };
 
 class Optimizer {
@@ -22,6 +27,7 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // Gradients become undefined: no kernel per parameter, and the next backward writes fresh ones.
   virtual void zero_grad() = 0;
+  // Clips the gradients when max_grad_norm > 0 (without a host sync), then updates every parameter.
   virtual void step() = 0;
   // Moments of parameter i (shaped like it; undefined before the first step) and the step count.
   virtual torch::Tensor exp_avg(size_t i) const = 0;
@@ -36,8 +42,9 @@ class Optimizer {
   std::vector<torch::Tensor> params_;
 };
 
-std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, std::vector<torch::Tensor> params,
-                                          const AdamWOptions& options);
+// The optimizer of `kind` over the model's parameters. The model's compute copies, if it has any, need
+// kOurAdamW (the only one that writes them); other kinds throw.
+std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const Transformer& model, const AdamWOptions& options);
 
 // Scales all gradients so that their global L2 norm is at most max_norm, without a host sync.
 void clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);

@@ -4,11 +4,10 @@
 
 namespace tt {
 
-EagerStep::EagerStep(Transformer model, Optimizer& optimizer, Precision precision, double grad_clip)
+EagerStep::EagerStep(Transformer model, Optimizer& optimizer, Precision precision)
     : model_(std::move(model)),
       optimizer_(optimizer),
       precision_(precision),
-      grad_clip_(grad_clip),
       device_(model_->parameters().front().device()) {}
 
 torch::Tensor EagerStep::forward(const torch::Tensor& inputs, const torch::Tensor& labels) {
@@ -24,7 +23,6 @@ void EagerStep::backward(const torch::Tensor& loss) {
 
 void EagerStep::optimize() {
   ScopedRange range("optimizer");
-  if (grad_clip_ > 0) clip_grad_norm(optimizer_.parameters(), grad_clip_);
   optimizer_.step();
   optimizer_.zero_grad();
 }

@@ -29,13 +29,13 @@ class StepRunner {
 };
 
 // The step op by op, as LibTorch's autograd runs it: forward (bf16 autocast under Precision::kBf16),
-// backward, optional gradient clipping, optimizer, gradients reset to none.
+// backward, optimizer (which clips the gradients when configured to), gradients reset to none.
 class EagerStep final : public StepRunner {
  public:
-  EagerStep(Transformer model, Optimizer& optimizer, Precision precision, double grad_clip);
+  EagerStep(Transformer model, Optimizer& optimizer, Precision precision);
   torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) override;
   bool times_phases() const override { return true; }
-  const char* describe() const override { return "eager"; }
+  const char* describe() const override { return to_string(StepKind::kEager); }
 
   // Forward and backward only; gradients stay on the parameters (for the equivalence harness).
   torch::Tensor forward_backward(const torch::Tensor& inputs, const torch::Tensor& labels);
@@ -48,7 +48,6 @@ class EagerStep final : public StepRunner {
   Transformer model_;
   Optimizer& optimizer_;
   Precision precision_;
-  double grad_clip_;
   torch::Device device_;
 };
 

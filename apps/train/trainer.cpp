@@ -1,5 +1,8 @@
 #include "apps/train/trainer.h"
 
+#include <ATen/Context.h>
+
+#include "apps/train/graph_step.h"
 #include "models/checkpoint.h"
 
 namespace tt {
@@ -10,7 +13,16 @@ Transformer build_model(const StageSpec& spec, const RunConfig& config, const to
   Transformer model(config.model, spec);
   model->init_weights(static_cast<uint64_t>(config.training.seed));
   model->to(device);
+  if (spec.compute_copies && config.training.dtype == Precision::kBf16) model->enable_compute_copies(torch::kBFloat16);
   return model;
+}
+
+// TF32 for fp32 matmuls and convolutions is process-wide state in LibTorch; every trainer sets it to its
+// own config, so one run (or test) never inherits another's.
+void set_tf32(bool allow) {
+  const auto precision = allow ? at::Float32Precision::TF32 : at::Float32Precision::IEEE;
+  at::globalContext().setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL, precision);
+  at::globalContext().setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::CONV, precision);
 }
 
 size_t parameter_index(const Optimizer& optimizer, const torch::Tensor& parameter) {
@@ -27,9 +39,25 @@ Trainer::Trainer(const StageSpec& spec, const RunConfig& config, const torch::De
       config_(config),
       device_(device),
       model_(build_model(spec, config, device)),
-      optimizer_(make_optimizer(spec.optimizer, model_->parameters(), AdamWOptions::from(config.training))),
-      eager_(model_, *optimizer_, config.training.dtype, config.training.grad_clip),
-      runner_(&eager_) {}
+      optimizer_(make_optimizer(spec.optimizer, model_, AdamWOptions::from(config.training))),
+      eager_(model_, *optimizer_, config.training.dtype) {
+  set_tf32(config.training.allow_tf32);
+  if (spec.step != StepKind::kGraph || !device.is_cuda()) return;
+  if (config.training.warmup_steps < kGraphWarmupSteps)
+    throw ConfigError("config: field \"training.warmup_steps\" = " + std::to_string(config.training.warmup_steps) +
+                      " is not allowed for " + spec.name + ", which captures its step as a graph during the warm-up: " +
+                      "it needs at least " + std::to_string(kGraphWarmupSteps) + " (or run it with --no-graph)");
+  // The last warm-up step captures, so no measured step contains the capture.
+  graphed_ = std::make_unique<GraphedStep>(eager_, config.training.warmup_steps - 1);
+}
+
+Trainer::~Trainer() = default;
+
+std::string Trainer::step_description() const {
+  std::string out = runner().describe();
+  if (spec_.step == StepKind::kGraph && !graphed_) out += " (this run is on the CPU: graphs need a GPU)";
+  return out;
+}
 
 void Trainer::load_checkpoint(const std::string& path) {
   const Checkpoint ck = read_checkpoint(path);

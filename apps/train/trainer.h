@@ -1,11 +1,13 @@
 // A stage ready to train: its model (built on the CPU, initialised from the seed so that every stage
-// starts from identical weights, then moved to the device), its optimizer and the StepRunner that runs
-// its steps. Checkpoints go through here because only this layer knows both the model's canonical names
-// and the optimizer's state.
+// starts from identical weights, then moved to the device, with bf16 compute copies when the stage keeps
+// them), its optimizer and the StepRunner that runs its steps (eager, or a CUDA/HIP graph for stages that
+// capture one on a GPU). Checkpoints go through here because only this layer knows both the model's
+// canonical names and the optimizer's state.
 #pragma once
 
 #include <memory>
 #include <string>
+
 
 #include <torch/torch.h>
 
@@ -19,13 +21,16 @@ namespace tt {
 
 class Trainer {
  public:
+  // Throws ConfigError for a graphed stage on a GPU with fewer than kGraphWarmupSteps warm-up steps (the
+  // capture happens during the warm-up, so that no measured step contains it).
   Trainer(const StageSpec& spec, const RunConfig& config, const torch::Device& device);
+  ~Trainer();
   Trainer(const Trainer&) = delete;  // the runner refers to the model and optimizer held here
   Trainer& operator=(const Trainer&) = delete;
 
   // One optimisation step through the stage's runner (see StepRunner::step).
   torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer = nullptr) {
-    return runner_->step(inputs, labels, timer);
+    return runner().step(inputs, labels, timer);
   }
   // Forward and backward only, eagerly; gradients stay on the parameters (for the equivalence harness).
   torch::Tensor forward_backward(const torch::Tensor& inputs, const torch::Tensor& labels) {
@@ -40,8 +45,11 @@ class Trainer {
   Transformer& model() { return model_; }
   const Transformer& model() const { return model_; }
   Optimizer& optimizer() { return *optimizer_; }
-  StepRunner& runner() { return *runner_; }
-  const StepRunner& runner() const { return *runner_; }
+  StepRunner& runner() { return graphed_ ? static_cast<StepRunner&>(*graphed_) : eager_; }
+  const StepRunner& runner() const { return graphed_ ? static_cast<const StepRunner&>(*graphed_) : eager_; }
+  // How this trainer's steps run, for result files (the stage's choice, and why it was not taken).
+  std::string step_description() const;
+  bool graphed() const { return graphed_ != nullptr; }
   const StageSpec& spec() const { return spec_; }
   const RunConfig& config() const { return config_; }
   const torch::Device& device() const { return device_; }
@@ -54,7 +62,10 @@ class Trainer {
   Transformer model_{nullptr};
   std::unique_ptr<Optimizer> optimizer_;
   EagerStep eager_;
-  StepRunner* runner_;
+  std::unique_ptr<StepRunner> graphed_;  // null: steps run eagerly
 };
+
+// Warm-up steps a graphed run needs: at least one eager step on the capture stream, then the capture.
+constexpr int64_t kGraphWarmupSteps = 2;
 
 }  // namespace tt

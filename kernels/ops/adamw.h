@@ -1,0 +1,41 @@
+// Multi-tensor AdamW op: one optimizer step over a list of parameters, on the GPU with our kernel
+// (kernels/adamw.cu), on the CPU with the ATen formulation of the same arithmetic. Not an autograd
+// Function: an optimizer step has no backward.
+#pragma once
+
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace tt::ops {
+
+struct AdamWHyperparameters {
+  double lr = 3e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  double max_grad_norm = 0.0;  // clip the global gradient norm to this; 0: no clipping
+};
+
+// One parameter. Its gradient is grad + copy_grad, over whichever of the two are defined (a tied weight
+// gets one from each use); at least one must be.
+struct AdamWParam {
+  torch::Tensor master;      // fp32, contiguous; updated in place
+  torch::Tensor grad;        // fp32, shaped like master; or undefined
+  torch::Tensor copy;        // bf16 or fp16 compute copy, shaped like master; rewritten from the update; or undefined
+  torch::Tensor copy_grad;   // shaped and typed like copy; or undefined
+  torch::Tensor exp_avg;     // fp32, shaped like master
+  torch::Tensor exp_avg_sq;  // fp32, shaped like master
+};
+
+// Elements of the state tensor adamw_step keeps on the masters' device (fp32).
+constexpr int64_t kAdamWStateSize = 5;
+enum AdamWStateField : int64_t { kAdamWStep, kAdamWClipScale, kAdamWStepSize, kAdamWBiasCorrection2Sqrt, kAdamWGradNorm };
+// A fresh state: step 0.
+torch::Tensor adamw_state(const torch::Device& device);
+
+// Advances state's step counter and updates every parameter:
+//   g = (grad + copy_grad) * clip,  clip = min(1, max_grad_norm / (||all g|| + 1e-6)) when clipping
+//   master *= 1 - lr * weight_decay;  m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+//   master -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps);  copy = round(master)
+// All on the device, no host sync: a captured graph replays it as it is.
+void adamw_step(const std::vector<AdamWParam>& params, const torch::Tensor& state, const AdamWHyperparameters& hyper);
+
+}  // namespace tt::ops
