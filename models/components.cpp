@@ -73,10 +73,12 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, Rotary& rotary, KVC
   const int64_t kv_dim = n_kv_heads_ * head_dim_;
   torch::Tensor q, k, v;
   if (qkv_proj) {
-    auto qkv = qkv_proj->forward(x);
-    q = qkv.narrow(-1, 0, n_heads_ * head_dim_);
-    k = qkv.narrow(-1, n_heads_ * head_dim_, kv_dim);
-    v = qkv.narrow(-1, n_heads_ * head_dim_ + kv_dim, kv_dim);
+    // split, not three narrows: its backward writes the three gradients into one [q | k | v] tensor with
+    // one cat, where each narrow's backward zero-fills a full-width gradient and the three are then added.
+    auto parts = qkv_proj->forward(x).split_with_sizes({n_heads_ * head_dim_, kv_dim, kv_dim}, -1);
+    q = parts[0];
+    k = parts[1];
+    v = parts[2];
   } else {
     q = q_proj->forward(x);
     k = k_proj->forward(x);
