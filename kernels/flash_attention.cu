@@ -21,6 +21,11 @@
 //
 // Blocks have kThreads = 2 * kMaxWarpSize threads: 4 warps on NVIDIA, 2 waves on AMD. Nothing in the tiling
 // depends on the warp width; it only changes how many fragments each warp owns.
+//
+// Speed, measured on an H100 (bf16, causal, B=2, H=16/4, S=4096, D=128): forward 71 TFLOP/s, forward +
+// backward 57 TFLOP/s, against 512 and 442 for cuDNN through at::scaled_dot_product_attention; fp32 forward
+// 15 TFLOP/s (SDPA 10). The price of the vendor-neutral design is the shared-memory round trip of every score
+// tile and four block barriers per tile; capping registers for more resident blocks changed nothing (+-3%).
 #include "flash_attention.cuh"
 
 namespace tt::kernels {
@@ -250,7 +255,7 @@ __device__ float lanes_sum(float value) {
   return value;
 }
 
-// 1/sqrt(D), and the same in base 2: the kernels use exp2(x * log2(e)) for exp(x).
+// 1/sqrt(D). The kernels fold log2(e) into it and use exp2 for exp.
 template <int kD>
 __device__ float softmax_scale() {
   return 1.0f / sqrtf(static_cast<float>(kD));

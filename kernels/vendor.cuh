@@ -293,6 +293,7 @@ __device__ __forceinline__ float block_reduce_max(float value) { return block_re
 #define TT_MMA_MFMA 1
 #endif
 
+// Lane of the calling thread within its warp; the kernels that use these tiles launch 1-D blocks.
 __device__ __forceinline__ int lane_id() { return static_cast<int>(threadIdx.x) % warp_size(); }
 
 // FMA units. Lane l holds rows 2 * (l / kColGroups) + {0, 1} and kCols consecutive columns starting at
@@ -390,7 +391,8 @@ struct WmmaTile {
 #if defined(TT_MMA_MFMA)
 // Register layout of v_mfma_f32_16x16x16{bf16_1k,f16} on a 64-lane wave (AMD's matrix instruction
 // calculator, CDNA2/CDNA3): with r = lane % 16 and q = 4 * (lane / 16), lane holds A[r][q + j] and
-// B[q + j][r] for j = 0..3, and the result D[q + j][r].
+// B[q + j][r] for j = 0..3, and the result D[q + j][r]. Compiled with ROCm 5.2's hipcc for gfx90a and
+// gfx940; not yet run on an AMD GPU.
 template <typename T>
 struct MfmaTile {
   using Accumulator = float __attribute__((ext_vector_type(4)));
