@@ -61,6 +61,7 @@ constexpr int block_threads_for(int64_t threads, int max_threads) {
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 #endif
 
 namespace tt::kernels {
@@ -90,6 +91,19 @@ inline gpuStream_t to_stream(void* stream) { return static_cast<gpuStream_t>(str
 // invalid configuration (too many threads, too much shared memory, no kernel image for this GPU).
 inline LaunchStatus last_launch_status() {
   const gpuError_t error = gpu_get_last_error();
+  return error == kGpuSuccess ? LaunchStatus{} : LaunchStatus{gpu_error_string(error)};
+}
+
+// Lets `kernel` be launched with `bytes` of dynamic shared memory. NVIDIA requires this opt-in above 48 KB
+// per block; AMD has no such limit below its 64 KB of LDS per workgroup, and accepts the call.
+template <typename Kernel>
+inline LaunchStatus allow_dynamic_shared_memory(Kernel* kernel, int bytes) {
+#if defined(__HIP__)
+  const gpuError_t error =
+      hipFuncSetAttribute(reinterpret_cast<const void*>(kernel), hipFuncAttributeMaxDynamicSharedMemorySize, bytes);
+#else
+  const gpuError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+#endif
   return error == kGpuSuccess ? LaunchStatus{} : LaunchStatus{gpu_error_string(error)};
 }
 
@@ -253,6 +267,217 @@ __device__ __forceinline__ float block_reduce(float value, Op op, float identity
 
 __device__ __forceinline__ float block_reduce_sum(float value) { return block_reduce(value, SumOp{}, 0.0f); }
 __device__ __forceinline__ float block_reduce_max(float value) { return block_reduce(value, MaxOp{}, -INFINITY); }
+
+// =================================================================================================
+// 16x16 matrix tiles: one warp's fp32 accumulator C += A B for 16x16x16 operands in shared memory
+// =================================================================================================
+//
+// MmaTile<T> picks the unit per element type and target, at compile time:
+//  * bf16/fp16 on NVIDIA sm_80+: tensor cores through nvcuda::wmma (m16n16k16, fp32 accumulators);
+//  * bf16/fp16 on AMD CDNA2/CDNA3 (gfx90a, gfx94x): matrix cores through the MFMA builtins
+//    v_mfma_f32_16x16x16{bf16_1k,f16} (wave64);
+//  * everything else (fp32 everywhere, 16-bit types on other targets): the FMA units.
+// Every implementation has the same interface. All lanes of the warp call each member together.
+//   kElements             accumulator values per lane; operator[] reaches them in the implementation's
+//                         layout, which kernels must not assume (WMMA leaves it unspecified): to know the
+//                         row of a value, load() a tile holding row indices and read it back.
+//   zero(), load(c, ldc), store(c, ldc)    fp32 row-major 16x16 in memory, ldc a multiple of 4.
+//   mma_ab(a, lda, b, ldb)     C += A B,   A row-major (a[m * lda + k]), B row-major (b[k * ldb + n]);
+//   mma_abt(a, lda, b, ldb)    C += A B^T, B given as its transpose, row-major (b[n * ldb + k]).
+// Operand pointers must be 32-byte aligned and lda/ldb multiples of 8 elements (WMMA's rules).
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define TT_MMA_WMMA 1
+#elif defined(__HIP_DEVICE_COMPILE__) && (defined(__gfx90a__) || defined(__gfx940__) || defined(__gfx941__) || \
+                                          defined(__gfx942__))
+#define TT_MMA_MFMA 1
+#endif
+
+// Lane of the calling thread within its warp; the kernels that use these tiles launch 1-D blocks.
+__device__ __forceinline__ int lane_id() { return static_cast<int>(threadIdx.x) % warp_size(); }
+
+// FMA units. Lane l holds rows 2 * (l / kColGroups) + {0, 1} and kCols consecutive columns starting at
+// kCols * (l % kColGroups): a 2 x kCols block, so each k step loads 2 values of A and kCols of B for
+// 2 * kCols multiply-adds.
+template <typename T>
+struct FmaTile {
+  static constexpr int kCols = 128 / warp_size();
+  static constexpr int kColGroups = 16 / kCols;
+  static constexpr int kElements = 2 * kCols;
+  float x[kElements];
+
+  __device__ float& operator[](int i) { return x[i]; }
+  __device__ static int row0() { return 2 * (lane_id() / kColGroups); }
+  __device__ static int col0() { return kCols * (lane_id() % kColGroups); }
+
+  __device__ void zero() {
+#pragma unroll
+    for (int i = 0; i < kElements; ++i) x[i] = 0.0f;
+  }
+  __device__ void load(const float* c, int ldc) {
+#pragma unroll
+    for (int i = 0; i < kElements; ++i) x[i] = c[(row0() + i / kCols) * ldc + col0() + i % kCols];
+  }
+  __device__ void store(float* c, int ldc) const {
+#pragma unroll
+    for (int i = 0; i < kElements; ++i) c[(row0() + i / kCols) * ldc + col0() + i % kCols] = x[i];
+  }
+  __device__ void mma_ab(const T* a, int lda, const T* b, int ldb) {
+    const T* a_row = a + row0() * lda;
+    const T* b_col = b + col0();
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+      const float a0 = to_float(a_row[k]);
+      const float a1 = to_float(a_row[lda + k]);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const float bv = to_float(b_col[k * ldb + c]);
+        x[c] += a0 * bv;
+        x[kCols + c] += a1 * bv;
+      }
+    }
+  }
+  __device__ void mma_abt(const T* a, int lda, const T* b, int ldb) {
+    const T* a_row = a + row0() * lda;
+    const T* b_row = b + col0() * ldb;
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+      const float a0 = to_float(a_row[k]);
+      const float a1 = to_float(a_row[lda + k]);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const float bv = to_float(b_row[c * ldb + k]);
+        x[c] += a0 * bv;
+        x[kCols + c] += a1 * bv;
+      }
+    }
+  }
+};
+
+#if defined(TT_MMA_WMMA)
+template <typename T>
+struct WmmaTile {
+  using Accumulator = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
+  template <typename Layout>
+  using OperandB = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, Layout>;
+  using OperandA = nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major>;
+  static constexpr int kElements = Accumulator::num_elements;
+  Accumulator acc;
+
+  __device__ float& operator[](int i) { return acc.x[i]; }
+  __device__ void zero() { nvcuda::wmma::fill_fragment(acc, 0.0f); }
+  __device__ void load(const float* c, int ldc) { nvcuda::wmma::load_matrix_sync(acc, c, ldc, nvcuda::wmma::mem_row_major); }
+  __device__ void store(float* c, int ldc) const {
+    nvcuda::wmma::store_matrix_sync(c, acc, ldc, nvcuda::wmma::mem_row_major);
+  }
+  __device__ void mma_ab(const T* a, int lda, const T* b, int ldb) {
+    OperandA fa;
+    OperandB<nvcuda::wmma::row_major> fb;
+    nvcuda::wmma::load_matrix_sync(fa, a, lda);
+    nvcuda::wmma::load_matrix_sync(fb, b, ldb);
+    nvcuda::wmma::mma_sync(acc, fa, fb, acc);
+  }
+  // B^T stored row-major is B stored column-major.
+  __device__ void mma_abt(const T* a, int lda, const T* b, int ldb) {
+    OperandA fa;
+    OperandB<nvcuda::wmma::col_major> fb;
+    nvcuda::wmma::load_matrix_sync(fa, a, lda);
+    nvcuda::wmma::load_matrix_sync(fb, b, ldb);
+    nvcuda::wmma::mma_sync(acc, fa, fb, acc);
+  }
+};
+#endif
+
+#if defined(TT_MMA_MFMA)
+// Register layout of v_mfma_f32_16x16x16{bf16_1k,f16} on a 64-lane wave (AMD's matrix instruction
+// calculator, CDNA2/CDNA3): with r = lane % 16 and q = 4 * (lane / 16), lane holds A[r][q + j] and
+// B[q + j][r] for j = 0..3, and the result D[q + j][r]. Compiled with ROCm 5.2's hipcc for gfx90a and
+// gfx940; not yet run on an AMD GPU.
+template <typename T>
+struct MfmaTile {
+  using Accumulator = float __attribute__((ext_vector_type(4)));
+  static constexpr int kElements = 4;
+  float x[kElements];
+
+  __device__ float& operator[](int i) { return x[i]; }
+  __device__ static int r() { return lane_id() % 16; }
+  __device__ static int q() { return 4 * (lane_id() / 16); }
+
+  __device__ void zero() {
+#pragma unroll
+    for (int j = 0; j < kElements; ++j) x[j] = 0.0f;
+  }
+  __device__ void load(const float* c, int ldc) {
+#pragma unroll
+    for (int j = 0; j < kElements; ++j) x[j] = c[(q() + j) * ldc + r()];
+  }
+  __device__ void store(float* c, int ldc) const {
+#pragma unroll
+    for (int j = 0; j < kElements; ++j) c[(q() + j) * ldc + r()] = x[j];
+  }
+  __device__ void mma_ab(const T* a, int lda, const T* b, int ldb) {
+    multiply(a + r() * lda + q(), 1, b + q() * ldb + r(), ldb);
+  }
+  __device__ void mma_abt(const T* a, int lda, const T* b, int ldb) {
+    multiply(a + r() * lda + q(), 1, b + r() * ldb + q(), 1);
+  }
+
+ private:
+  // a_step / b_step: distance between this lane's 4 consecutive k values of A and of B.
+  __device__ void multiply(const T* a, int a_step, const T* b, int b_step) {
+    Accumulator c = {x[0], x[1], x[2], x[3]};
+    if constexpr (std::is_same_v<T, bf16>) {
+      using Operand = short __attribute__((ext_vector_type(4)));
+      Operand va, vb;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        va[j] = __builtin_bit_cast(short, a[j * a_step]);
+        vb[j] = __builtin_bit_cast(short, b[j * b_step]);
+      }
+      c = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(va, vb, c, 0, 0, 0);
+    } else {
+      static_assert(std::is_same_v<T, fp16>, "MfmaTile: bf16 or fp16 operands");
+      using Operand = _Float16 __attribute__((ext_vector_type(4)));
+      Operand va, vb;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        va[j] = __builtin_bit_cast(_Float16, a[j * a_step]);
+        vb[j] = __builtin_bit_cast(_Float16, b[j * b_step]);
+      }
+      c = __builtin_amdgcn_mfma_f32_16x16x16f16(va, vb, c, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < kElements; ++j) x[j] = c[j];
+  }
+};
+#endif
+
+template <typename T>
+struct MmaTileFor {
+  using type = FmaTile<T>;
+};
+#if defined(TT_MMA_WMMA)
+template <>
+struct MmaTileFor<bf16> {
+  using type = WmmaTile<bf16>;
+};
+template <>
+struct MmaTileFor<fp16> {
+  using type = WmmaTile<fp16>;
+};
+#elif defined(TT_MMA_MFMA)
+template <>
+struct MmaTileFor<bf16> {
+  using type = MfmaTile<bf16>;
+};
+template <>
+struct MmaTileFor<fp16> {
+  using type = MfmaTile<fp16>;
+};
+#endif
+
+template <typename T>
+using MmaTile = typename MmaTileFor<T>::type;
 
 }  // namespace tt::kernels
 

@@ -1,6 +1,7 @@
 #include "models/stage.h"
 
 #include "kernels/ops/cross_entropy.h"
+#include "kernels/ops/flash_attention.h"
 #include "kernels/ops/rms_norm.h"
 #include "kernels/ops/rope.h"
 #include "kernels/ops/swiglu.h"
@@ -35,8 +36,9 @@ StageSpec v2_fused() {
 StageSpec v3_custom() {
   StageSpec spec = v2_fused();
   spec.name = "v3_custom";
-  spec.summary = "v2 plus custom kernels: RMSNorm, RoPE, SwiGLU and cross-entropy, forward and backward";
+  spec.summary = "v2 plus custom kernels: RMSNorm, RoPE, flash attention, SwiGLU and cross-entropy, forward and backward";
   spec.norm = NormKind::kOurKernel;
+  spec.attention = AttentionKind::kOurFlash;
   spec.rope = RopeKind::kOurKernel;
   spec.activation = ActivationKind::kOurKernel;
   spec.loss = LossKind::kOurKernel;
@@ -184,6 +186,10 @@ const std::vector<AttentionImplementation>& attention_implementations() {
        no_backend_choice},
       {{AttentionKind::kSdpa, "at::scaled_dot_product_attention", "at::scaled_dot_product_attention (is_causal)", sdpa},
        sdpa_backend},
+      {{AttentionKind::kOurFlash, "tt::ops::flash_attention",
+        "our flash attention kernel (tt::ops::flash_attention): online softmax, native GQA, deterministic backward",
+        ops::flash_attention},
+       no_backend_choice},
   };
   return list;
 }

@@ -23,7 +23,7 @@ namespace tt {
 
 enum class NormKind { kReference, kAtenFused, kOurKernel };
 enum class RopeKind { kReference, kCachedTables, kOurKernel };
-enum class AttentionKind { kMaskedMatmul, kSdpa };
+enum class AttentionKind { kMaskedMatmul, kSdpa, kOurFlash };
 enum class ActivationKind { kReference, kOurKernel };
 enum class LossKind { kReference, kOurKernel };
 enum class OptimizerKind { kTorchAdamW, kAtenFusedAdamW, kOurAdamW };

@@ -115,7 +115,8 @@ TEST_P(AttentionTest, GroupedQueryEqualsMultiHeadWithRepeatedKV) {
   EXPECT_LT(rel_error(a->forward(x, rotary), b->forward(x, rotary)), 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, AttentionTest, ::testing::Values(AttentionKind::kMaskedMatmul, AttentionKind::kSdpa));
+INSTANTIATE_TEST_SUITE_P(Kinds, AttentionTest,
+                         ::testing::Values(AttentionKind::kMaskedMatmul, AttentionKind::kSdpa, AttentionKind::kOurFlash));
 
 TEST(Attention, FusedQkvEqualsSeparateProjections) {
   ModelConfig c;

@@ -100,6 +100,7 @@ struct Case {
   std::string pass;  // "forward" or "forward+backward"
   int64_t bytes;     // minimum bytes moved, see the header comment
   std::vector<Timed> implementations;
+  double flops = 0;  // for compute-bound cases (attention): the work, so rows also report TFLOP/s
 };
 
 int64_t element_size(torch::ScalarType dtype) { return static_cast<int64_t>(c10::elementSize(dtype)); }
@@ -144,8 +145,9 @@ std::vector<const Entry*> bench_order(const std::vector<Entry>& entries) {
 template <class Entry, class Outputs>
 std::vector<Case> entry_cases(const std::vector<Entry>& entries, int64_t forward_bytes, int64_t both_bytes,
                               const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& grads,
-                              Outputs outputs) {
-  Case forward{"forward", forward_bytes, {}}, both{"forward+backward", both_bytes, {}};
+                              Outputs outputs, double forward_flops = 0) {
+  // The backward of attention does 5 of the forward's matmul-sized products to the forward's 2.
+  Case forward{"forward", forward_bytes, {}, forward_flops}, both{"forward+backward", both_bytes, {}, 3.5 * forward_flops};
   for (const Entry* e : bench_order(entries)) {
     auto fn = e->fn;
     forward.implementations.push_back({e->name, [=] { outputs(fn, false); }});
@@ -198,11 +200,18 @@ std::vector<Case> attention_cases(const BenchShape& shape, torch::ScalarType dty
   auto v = torch::randn_like(k);
   auto qg = leaf(q), kg = leaf(k), vg = leaf(v);
   const int64_t forward_bytes = 2 * q.numel() * es + 2 * k.numel() * es;
-  std::vector<AttentionImplementation> entries = attention_implementations();
+  // Causal work counted once: QK^T and PV over the lower triangle, 2 * 2 * B * H * S^2 * D / 2.
+  const double flops = 2.0 * static_cast<double>(shape.batch * shape.heads) * static_cast<double>(shape.seq) *
+                       static_cast<double>(shape.seq) * static_cast<double>(head_dim);
+  // The explicit-mask reference materialises B x H x S x S scores; at long sequences that is gigabytes.
+  std::vector<AttentionImplementation> entries;
+  for (const auto& e : attention_implementations())
+    if (e.kind != AttentionKind::kMaskedMatmul || shape.seq <= 1024) entries.push_back(e);
   return entry_cases(entries, forward_bytes, 3 * forward_bytes, {qg, kg, vg}, {torch::randn_like(q)},
                      [=](AttentionFn fn, bool leaves) {
                        return std::vector<torch::Tensor>{fn(leaves ? qg : q, leaves ? kg : k, leaves ? vg : v)};
-                     });
+                     },
+                     flops);
 }
 
 std::vector<Case> activation_cases(const BenchShape& shape, torch::ScalarType dtype, c10::Device device) {
@@ -329,7 +338,7 @@ bool selected(const std::vector<std::string>& list, const std::string& item) {
 }
 
 void print_row(std::ostream& out, const std::vector<std::string>& cells) {
-  static const std::vector<int> kWidths = {11, 9, 5, 17, 33, 10, 10, 10, 9, 7, 8};
+  static const std::vector<int> kWidths = {13, 14, 5, 17, 33, 10, 10, 10, 9, 7, 8, 8};
   for (size_t i = 0; i < cells.size(); ++i) {
     std::string cell = cells[i];
     if (i + 1 < cells.size() && cell.size() < static_cast<size_t>(kWidths[i])) cell.resize(kWidths[i], ' ');
@@ -343,6 +352,10 @@ const std::vector<BenchShape>& shapes() {
   static const std::vector<BenchShape> list = {
       {"workshop", 8, 128, 512, 8, 4, 2048, 1000},
       {"medium", 4, 512, 2048, 32, 16, 8192, 32000},
+      // Long sequences, for attention: the long-context config, and head_dim 128 at 1024 and 4096.
+      {"long-context", 2, 4096, 512, 8, 4, 2048, 1000},
+      {"d128-s1024", 4, 1024, 2048, 16, 4, 8192, 32000},
+      {"d128-s4096", 2, 4096, 2048, 16, 4, 8192, 32000},
   };
   return list;
 }
@@ -392,7 +405,7 @@ int run(const BenchOptions& options, std::ostream& out, std::ostream& err) {
       << "'copy %' = achieved GB/s / measured copy GB/s; 'speedup' = this row's median / the case's first row's "
          "median (the catalog's most optimised entry, or v2's choice for sdpa_gqa).\n\n";
   print_row(out, {"kernel", "shape", "dtype", "pass", "implementation", "median us", "p10 us", "p90 us", "GB/s",
-                  "copy %", "speedup"});
+                  "copy %", "speedup", "TFLOP/s"});
 
   json results = json::array();
   for (const auto& [family, builder] : builders()) {
@@ -430,6 +443,7 @@ int run(const BenchOptions& options, std::ostream& out, std::ostream& err) {
             row["p90_ms"] = stats.p90;
             row["min_ms"] = stats.min;
             row["gbps"] = gbps;
+            if (bench_case.flops > 0) row["tflops"] = bench_case.flops / (stats.median * 1e-3) / 1e12;
             row["fraction_of_copy_bandwidth"] = gbps / copy_gbps;
             if (datasheet_gbps) row["fraction_of_datasheet_bandwidth"] = gbps / *datasheet_gbps;
             std::string speedup = "-";
@@ -441,7 +455,9 @@ int run(const BenchOptions& options, std::ostream& out, std::ostream& err) {
             print_row(out, {family, shape.name, dtype_name, bench_case.pass, impl.name,
                             strprintf("%.1f", stats.median * 1e3), strprintf("%.1f", stats.p10 * 1e3),
                             strprintf("%.1f", stats.p90 * 1e3), strprintf("%.0f", gbps),
-                            strprintf("%.0f", 100 * gbps / copy_gbps), speedup});
+                            strprintf("%.0f", 100 * gbps / copy_gbps), speedup,
+                            bench_case.flops > 0 ? strprintf("%.1f", bench_case.flops / (stats.median * 1e-3) / 1e12)
+                                                 : std::string("-")});
           }
         }
       }

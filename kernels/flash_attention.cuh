@@ -1,0 +1,71 @@
+// Flash attention launchers: causal softmax(q k^T / sqrt(D)) v for q [B, Hq, S, D] and k, v [B, Hkv, S, D],
+// grouped-query (query head h reads key/value head h / (Hq / Hkv)), without materialising the S x S scores.
+// Plain pointers and strides; inputs are checked by the op layer (kernels/ops/flash_attention.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "vendor.cuh"
+
+namespace tt::kernels {
+
+// Element strides of one [B, H, S, D] operand's batch, head and sequence dims; the head dim (D) itself is
+// contiguous. That lets q, k and v be views into a fused QKV projection, and the output be written in
+// [B, S, H, D] order, without a copy. Rows move in 16-byte accesses: every data pointer and every stride must
+// be a multiple of 16 bytes (8 bf16/fp16 elements, 4 fp32 elements).
+struct FlashStrides {
+  int64_t batch;
+  int64_t head;
+  int64_t seq;
+};
+
+struct FlashForwardParams {
+  const void* q;  // [batch, q_heads, seq, head_dim], dtype
+  const void* k;  // [batch, kv_heads, seq, head_dim], dtype
+  const void* v;  // [batch, kv_heads, seq, head_dim], dtype
+  void* out;      // [batch, q_heads, seq, head_dim], dtype
+  FlashStrides q_strides;
+  FlashStrides k_strides;
+  FlashStrides v_strides;
+  FlashStrides out_strides;
+  float* lse;  // [batch, q_heads, seq], contiguous: log-sum-exp of each query's scaled scores, for the backward
+  int64_t batch;
+  int64_t q_heads;
+  int64_t kv_heads;  // divides q_heads
+  int64_t seq;
+  int64_t head_dim;  // 32, 64 or 128
+};
+
+struct FlashBackwardParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* out;       // the forward's output
+  const void* grad_out;  // same shape as out
+  const float* lse;      // from the forward
+  void* grad_q;          // shaped like q
+  void* grad_k;          // shaped like k
+  void* grad_v;          // shaped like v
+  FlashStrides q_strides;
+  FlashStrides k_strides;
+  FlashStrides v_strides;
+  FlashStrides out_strides;
+  FlashStrides grad_out_strides;
+  FlashStrides grad_q_strides;
+  FlashStrides grad_k_strides;
+  FlashStrides grad_v_strides;
+  float* delta;  // [batch, q_heads, seq] scratch, contiguous: rowsum(grad_out * out)
+  int64_t batch;
+  int64_t q_heads;
+  int64_t kv_heads;
+  int64_t seq;
+  int64_t head_dim;
+};
+
+// Writes out and lse. Memory: O(seq) per head; the scores live one tile at a time in shared memory.
+LaunchStatus flash_attention_forward(const FlashForwardParams& params, DType dtype, void* stream);
+
+// Writes grad_q, grad_k and grad_v (FlashAttention-2's two-kernel scheme, no atomics): bitwise reproducible.
+LaunchStatus flash_attention_backward(const FlashBackwardParams& params, DType dtype, void* stream);
+
+}  // namespace tt::kernels

@@ -1,0 +1,271 @@
+// Flash attention op layer: checks inputs, runs the custom kernels on GPU tensors and the ATen formulation of
+// the same forward and backward on CPU tensors (so a float64 gradient check on CPU verifies the backward
+// formulas the kernels implement, including their use of the saved log-sum-exp).
+//
+// Backward formulas, with P = exp(q k^T * scale - lse) (masked entries 0) and delta = rowsum(dO * O):
+//   dV = P^T dO,   dS = P * (dO V^T - delta),   dQ = dS K * scale,   dK = dS^T Q * scale,
+// where for grouped-query attention dK and dV sum over the query heads that share a key/value head.
+#include "kernels/ops/flash_attention.h"
+
+#include <c10/core/DeviceGuard.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <tuple>
+
+#include "kernels/ops/common.h"
+#ifdef TT_HAVE_GPU_KERNELS
+#include "kernels/flash_attention.cuh"
+#endif
+
+namespace tt::ops {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Grid dims y and z (heads, batch) are limited to 65535 on NVIDIA.
+constexpr int64_t kMaxGridDim = 65535;
+
+void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  TORCH_CHECK(q.defined() && k.defined() && v.defined(), "tt::ops::flash_attention: q, k and v must be defined tensors");
+  TORCH_CHECK(q.dim() == 4, "tt::ops::flash_attention: q must have shape [batch, q_heads, seq, head_dim], got ",
+              q.sizes());
+  TORCH_CHECK(k.dim() == 4, "tt::ops::flash_attention: k must have shape [batch, kv_heads, seq, head_dim], got ",
+              k.sizes());
+  TORCH_CHECK(v.dim() == 4, "tt::ops::flash_attention: v must have shape [batch, kv_heads, seq, head_dim], got ",
+              v.sizes());
+  TORCH_CHECK(q.is_floating_point(), "tt::ops::flash_attention: q must be a floating-point tensor, got ",
+              q.scalar_type());
+  TORCH_CHECK(k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
+              "tt::ops::flash_attention: q, k and v must have the same dtype, got q ", q.scalar_type(), ", k ",
+              k.scalar_type(), " and v ", v.scalar_type());
+  TORCH_CHECK(k.device() == q.device(), "tt::ops::flash_attention: k is on ", k.device(), " but q is on ", q.device(),
+              "; all inputs must be on the same device");
+  TORCH_CHECK(v.device() == q.device(), "tt::ops::flash_attention: v is on ", v.device(), " but q is on ", q.device(),
+              "; all inputs must be on the same device");
+  TORCH_CHECK(k.sizes() == v.sizes(), "tt::ops::flash_attention: k and v must have the same shape, got k ", k.sizes(),
+              " and v ", v.sizes());
+  TORCH_CHECK(q.size(0) == k.size(0) && q.size(2) == k.size(2) && q.size(3) == k.size(3),
+              "tt::ops::flash_attention: q and k/v must agree in batch, seq and head_dim, got q ", q.sizes(), " and k ",
+              k.sizes());
+  const int64_t q_heads = q.size(1);
+  const int64_t kv_heads = k.size(1);
+  TORCH_CHECK(kv_heads > 0, "tt::ops::flash_attention: k and v must have at least one head, got k ", k.sizes());
+  TORCH_CHECK(q_heads % kv_heads == 0, "tt::ops::flash_attention: number of query heads (", q_heads,
+              ") must be a multiple of key/value heads (", kv_heads, ")");
+  if (q.is_cpu()) return;
+  detail::check_gpu_input("flash_attention", "q, k and v", q);
+#ifdef TT_HAVE_GPU_KERNELS
+  const int64_t head_dim = q.size(3);
+  TORCH_CHECK(head_dim == 32 || head_dim == 64 || head_dim == 128,
+              "tt::ops::flash_attention: the GPU kernel supports head_dim 32, 64 or 128, got ", head_dim);
+  TORCH_CHECK(q.size(2) <= std::numeric_limits<int32_t>::max(),
+              "tt::ops::flash_attention: the GPU kernel handles at most 2^31 - 1 positions, got seq ", q.size(2));
+  TORCH_CHECK(q.size(0) <= kMaxGridDim && q_heads <= kMaxGridDim, "tt::ops::flash_attention: the GPU kernel handles ",
+              "at most ", kMaxGridDim, " batch entries and ", kMaxGridDim, " heads, got q ", q.sizes());
+#endif
+}
+
+// ---- ATen formulation (CPU) -----------------------------------------------------------------------
+
+// fp64 inputs (the CPU gradient check) compute in fp64; everything else in fp32.
+torch::ScalarType compute_dtype(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+}
+
+double softmax_scale(const torch::Tensor& q) { return 1.0 / std::sqrt(static_cast<double>(q.size(3))); }
+
+// Key/value heads repeated to one per query head (the CPU formulation may copy; the kernels never do).
+torch::Tensor per_query_head(const torch::Tensor& kv, int64_t q_heads) {
+  const int64_t n_rep = q_heads / kv.size(1);
+  return n_rep == 1 ? kv : kv.repeat_interleave(n_rep, 1);
+}
+
+// The gradient of a repeated key/value head: the sum over the query heads that used it.
+torch::Tensor sum_over_group(const torch::Tensor& grad, int64_t kv_heads) {
+  const int64_t n_rep = grad.size(1) / kv_heads;
+  return n_rep == 1 ? grad : grad.unflatten(1, {kv_heads, n_rep}).sum(2);
+}
+
+// q k^T * scale [B, Hq, S, S] with the future (key > query) set to -inf.
+torch::Tensor causal_scores(const torch::Tensor& q, const torch::Tensor& keys, double scale) {
+  const int64_t seq = q.size(2);
+  auto future = torch::ones({seq, seq}, torch::TensorOptions().dtype(torch::kBool)).triu(1);
+  return (torch::matmul(q, keys.transpose(-2, -1)) * scale).masked_fill(future, -std::numeric_limits<double>::infinity());
+}
+
+// Returns the output (q's dtype) and the per-row log-sum-exp of the scaled scores (compute dtype).
+std::pair<torch::Tensor, torch::Tensor> forward_aten(const torch::Tensor& q, const torch::Tensor& k,
+                                                     const torch::Tensor& v) {
+  const auto ct = compute_dtype(q);
+  auto qf = q.to(ct);
+  auto scores = causal_scores(qf, per_query_head(k.to(ct), q.size(1)), softmax_scale(q));
+  auto lse = scores.logsumexp(-1);
+  auto probs = torch::exp(scores - lse.unsqueeze(-1));
+  auto out = torch::matmul(probs, per_query_head(v.to(ct), q.size(1)));
+  return {out.to(q.scalar_type()), lse};
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward_aten(const torch::Tensor& grad_out,
+                                                                      const torch::Tensor& q, const torch::Tensor& k,
+                                                                      const torch::Tensor& v, const torch::Tensor& out,
+                                                                      const torch::Tensor& lse) {
+  const auto ct = compute_dtype(q);
+  const double scale = softmax_scale(q);
+  const int64_t kv_heads = k.size(1);
+  auto qf = q.to(ct);
+  auto keys = per_query_head(k.to(ct), q.size(1));
+  auto values = per_query_head(v.to(ct), q.size(1));
+  auto g = grad_out.to(ct);
+  auto probs = torch::exp(causal_scores(qf, keys, scale) - lse.to(ct).unsqueeze(-1));
+  auto delta = (g * out.to(ct)).sum(-1, /*keepdim=*/true);
+  auto grad_scores = probs * (torch::matmul(g, values.transpose(-2, -1)) - delta);
+  auto grad_q = torch::matmul(grad_scores, keys) * scale;
+  auto grad_k = sum_over_group(torch::matmul(grad_scores.transpose(-2, -1), qf) * scale, kv_heads);
+  auto grad_v = sum_over_group(torch::matmul(probs.transpose(-2, -1), g), kv_heads);
+  return {grad_q.to(q.scalar_type()), grad_k.to(k.scalar_type()), grad_v.to(v.scalar_type())};
+}
+
+// ---- GPU kernels ------------------------------------------------------------------------------------
+
+#ifdef TT_HAVE_GPU_KERNELS
+// The kernels move rows in 16-byte accesses and take any batch/head/seq strides: views into a fused QKV
+// projection pass as they are. Only a non-contiguous head dim, or data or strides off 16-byte alignment,
+// is copied (clone, not contiguous(): a misaligned contiguous view would stay misaligned).
+torch::Tensor kernel_ready(const torch::Tensor& t) {
+  const int64_t vec = 16 / t.element_size();
+  bool ready = t.stride(3) == 1 && reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0;
+  for (int64_t dim = 0; dim < 3; ++dim) ready = ready && (t.size(dim) <= 1 || t.stride(dim) % vec == 0);
+  return ready ? t : t.clone(at::MemoryFormat::Contiguous);
+}
+
+kernels::FlashStrides strides_of(const torch::Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
+
+// An uninitialised [B, H, S, D] result laid out as [B, S, H, D] (see flash_attention's comment).
+torch::Tensor empty_bshd_as(const torch::Tensor& like) {
+  return torch::empty({like.size(0), like.size(2), like.size(1), like.size(3)}, like.options()).transpose(1, 2);
+}
+
+// q, k, v: kernel_ready. Returns the output and the fp32 log-sum-exp [B, Hq, S].
+std::pair<torch::Tensor, torch::Tensor> forward_gpu(const torch::Tensor& q, const torch::Tensor& k,
+                                                    const torch::Tensor& v) {
+  c10::DeviceGuard guard(q.device());
+  auto out = empty_bshd_as(q);
+  auto lse = torch::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(torch::kFloat32));
+  kernels::FlashForwardParams params{};
+  params.q = q.data_ptr();
+  params.k = k.data_ptr();
+  params.v = v.data_ptr();
+  params.out = out.data_ptr();
+  params.q_strides = strides_of(q);
+  params.k_strides = strides_of(k);
+  params.v_strides = strides_of(v);
+  params.out_strides = strides_of(out);
+  params.lse = lse.data_ptr<float>();
+  params.batch = q.size(0);
+  params.q_heads = q.size(1);
+  params.kv_heads = k.size(1);
+  params.seq = q.size(2);
+  params.head_dim = q.size(3);
+  detail::check_launch("flash_attention",
+                       kernels::flash_attention_forward(params, detail::kernel_dtype(q.scalar_type()),
+                                                        detail::current_stream(q)),
+                       "flash_attention_forward");
+  return {out, lse};
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward_gpu(const torch::Tensor& grad_out,
+                                                                     const torch::Tensor& q, const torch::Tensor& k,
+                                                                     const torch::Tensor& v, const torch::Tensor& out,
+                                                                     const torch::Tensor& lse) {
+  c10::DeviceGuard guard(q.device());
+  // Gradients may arrive in another layout (an expanded scalar from .sum(), say) or dtype.
+  auto grad = kernel_ready(grad_out.to(q.scalar_type()));
+  auto grad_q = empty_bshd_as(q);
+  auto grad_k = empty_bshd_as(k);
+  auto grad_v = empty_bshd_as(v);
+  auto delta = torch::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(torch::kFloat32));
+  kernels::FlashBackwardParams params{};
+  params.q = q.data_ptr();
+  params.k = k.data_ptr();
+  params.v = v.data_ptr();
+  params.out = out.data_ptr();
+  params.grad_out = grad.data_ptr();
+  params.lse = lse.data_ptr<float>();
+  params.grad_q = grad_q.data_ptr();
+  params.grad_k = grad_k.data_ptr();
+  params.grad_v = grad_v.data_ptr();
+  params.q_strides = strides_of(q);
+  params.k_strides = strides_of(k);
+  params.v_strides = strides_of(v);
+  params.out_strides = strides_of(out);
+  params.grad_out_strides = strides_of(grad);
+  params.grad_q_strides = strides_of(grad_q);
+  params.grad_k_strides = strides_of(grad_k);
+  params.grad_v_strides = strides_of(grad_v);
+  params.delta = delta.data_ptr<float>();
+  params.batch = q.size(0);
+  params.q_heads = q.size(1);
+  params.kv_heads = k.size(1);
+  params.seq = q.size(2);
+  params.head_dim = q.size(3);
+  detail::check_launch("flash_attention",
+                       kernels::flash_attention_backward(params, detail::kernel_dtype(q.scalar_type()),
+                                                         detail::current_stream(q)),
+                       "flash_attention_backward");
+  return {grad_q, grad_k, grad_v};
+}
+#endif
+
+}  // namespace
+
+// Saves q, k, v (as the kernels read them), the output and the log-sum-exp; the backward recomputes the
+// probabilities from those instead of keeping the S x S matrix.
+struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v) {
+    check_inputs(q, k, v);
+    torch::Tensor q_saved = q;
+    torch::Tensor k_saved = k;
+    torch::Tensor v_saved = v;
+    torch::Tensor out;
+    torch::Tensor lse;
+    if (q.is_cpu()) {
+      std::tie(out, lse) = forward_aten(q, k, v);
+    } else {
+#ifdef TT_HAVE_GPU_KERNELS
+      q_saved = kernel_ready(q);
+      k_saved = kernel_ready(k);
+      v_saved = kernel_ready(v);
+      std::tie(out, lse) = forward_gpu(q_saved, k_saved, v_saved);
+#endif
+    }
+    ctx->save_for_backward({q_saved, k_saved, v_saved, out, lse});
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& q = saved[0];
+    torch::Tensor grad_q;
+    torch::Tensor grad_k;
+    torch::Tensor grad_v;
+    if (q.is_cpu()) {
+      std::tie(grad_q, grad_k, grad_v) = backward_aten(grad_outputs[0], q, saved[1], saved[2], saved[3], saved[4]);
+    } else {
+#ifdef TT_HAVE_GPU_KERNELS
+      std::tie(grad_q, grad_k, grad_v) = backward_gpu(grad_outputs[0], q, saved[1], saved[2], saved[3], saved[4]);
+#endif
+    }
+    return {grad_q, grad_k, grad_v};
+  }
+};
+
+torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  return FlashAttentionFunction::apply(q, k, v);
+}
+
+}  // namespace tt::ops

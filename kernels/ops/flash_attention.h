@@ -1,0 +1,20 @@
+// Flash attention op layer: input checks, dispatch to the custom kernels on GPU tensors, real backward.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace tt::ops {
+
+// Causal attention softmax(q k^T / sqrt(D)) v for q [B, Hq, S, D] and k, v [B, Hkv, S, D], with Hq a multiple
+// of Hkv (grouped-query: query head h attends with key/value head h / (Hq / Hkv), nothing is repeated).
+// Returns [B, Hq, S, D] in q's dtype; differentiable in q, k and v.
+//
+// GPU (fp32, bf16 or fp16; head_dim 32, 64 or 128): the flash attention kernels, O(S) memory, bitwise
+// reproducible gradients. q, k and v may be strided views (of a fused QKV projection, say) as long as the head
+// dim is contiguous. The result is a transposed view of a contiguous [B, S, Hq, D] tensor, so merging the
+// heads afterwards (transpose(1, 2).reshape(B, S, Hq * D)) costs no copy.
+// CPU (any floating dtype): the ATen formulation of the same forward and backward, computed in fp32 (fp64
+// for fp64 inputs), with the S x S scores materialised.
+torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
+}  // namespace tt::ops

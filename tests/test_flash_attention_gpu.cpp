@@ -1,0 +1,309 @@
+// GPU tests of the flash attention kernels through tt::ops::flash_attention: output, dQ, dK and dV against
+// reference::masked_attention over dtypes, head dims, grouped-query head counts, ragged sequence lengths and
+// strided inputs; bitwise reproducibility; bad inputs. Every test skips when there is no GPU.
+//
+// Tolerances (the convention of tests/test_ops_gpu.cpp). Every comparison is against the reference evaluated
+// in float64 on the same (already rounded) inputs.
+//  * fp32: max |ours - ref64| <= rtol * max |ref64|, rtol 1e-5 for the output and 1e-4 for gradients.
+//  * bf16/fp16: our error may be at most twice the reference's own error at that precision (the reference run
+//    on the same bf16/fp16 inputs, against the same fp64 result), plus half an ulp of the largest value.
+// Failures print the shape, dtype, error, allowance and magnitudes, so the log alone tells how far off it is.
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "kernels/ops/flash_attention.h"
+#include "models/reference.h"
+#include "tests/helpers.h"
+
+namespace {
+
+using tt::testing::expect_error;
+
+#if defined(TT_BACKEND_CUDA) || defined(TT_BACKEND_HIP)
+constexpr bool kBuiltWithKernels = true;
+#else
+constexpr bool kBuiltWithKernels = false;
+#endif
+
+#define SKIP_WITHOUT_GPU()                                                                            \
+  do {                                                                                                \
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU: torch::cuda::is_available() is false"; \
+    if (!kBuiltWithKernels) GTEST_SKIP() << "no GPU kernels: built without TT_BACKEND_CUDA/HIP";      \
+  } while (false)
+
+const std::vector<torch::ScalarType> kDtypes = {torch::kFloat32, torch::kBFloat16, torch::kFloat16};
+
+torch::TensorOptions gpu(torch::ScalarType dtype = torch::kFloat32) {
+  return torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
+}
+
+std::string dtype_name(torch::ScalarType dtype) { return c10::toString(dtype); }
+
+std::string shape_name(torch::IntArrayRef sizes) {
+  std::ostringstream out;
+  out << sizes;
+  return out.str();
+}
+
+double unit_roundoff(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kBFloat16: return std::ldexp(1.0, -8);
+    case torch::kFloat16: return std::ldexp(1.0, -11);
+    default: return std::ldexp(1.0, -24);
+  }
+}
+
+// See the file comment. `ours`, `ref_same` (the reference at the test's precision; unused for fp32) and
+// `ref64` are compared in fp64. `term_scale` is the magnitude the tolerances are relative to: max |ref64| by
+// default; callers pass the size of the terms a result is the difference of, where it may cancel.
+void expect_matches_reference(const torch::Tensor& ours, const torch::Tensor& ref_same, const torch::Tensor& ref64,
+                              torch::ScalarType dtype, double fp32_rtol, const std::string& what,
+                              double term_scale = -1.0) {
+  ASSERT_TRUE(ours.defined()) << what << ": no result (undefined tensor)";
+  ASSERT_EQ(ours.sizes(), ref64.sizes()) << what << ": shape differs from the reference's";
+  auto o = ours.detach().to(torch::kFloat64);
+  auto r64 = ref64.detach().to(torch::kFloat64);
+  if (o.numel() == 0) return;
+  const int64_t nans = o.isnan().sum().item<int64_t>();
+  EXPECT_EQ(nans, 0) << what << " [" << dtype_name(dtype) << "]: " << nans << " NaNs in our result";
+  auto diff = (o - r64).abs();
+  const double error = diff.max().item<double>();
+  const int64_t worst = diff.flatten().argmax().item<int64_t>();
+  const double scale = std::max(term_scale, r64.abs().max().item<double>());
+  double allowed = 0.0;
+  std::ostringstream rule;
+  if (dtype == torch::kFloat32) {
+    allowed = fp32_rtol * scale;
+    rule << "rtol " << fp32_rtol << " x scale " << scale;
+  } else {
+    const double ref_error = (ref_same.detach().to(torch::kFloat64) - r64).abs().max().item<double>();
+    const double floor = unit_roundoff(dtype) * scale;
+    allowed = 2 * ref_error + floor;
+    rule << "2 x reference's own " << dtype_name(dtype) << " error " << ref_error << " + floor " << floor
+         << " (half an ulp of scale " << scale << ")";
+  }
+  EXPECT_LE(error, allowed) << what << " [" << dtype_name(dtype) << "]: max |ours - fp64 reference| = " << error
+                            << " exceeds " << allowed << " = " << rule.str() << "; worst at flat index " << worst
+                            << " of " << shape_name(o.sizes()) << ": ours " << o.flatten()[worst].item<double>()
+                            << ", reference " << r64.flatten()[worst].item<double>();
+}
+
+std::vector<torch::Tensor> grads_of(const torch::Tensor& output, const std::vector<torch::Tensor>& inputs,
+                                    const torch::Tensor& grad_output) {
+  return torch::autograd::grad({output}, inputs, {grad_output});
+}
+
+torch::Tensor leaf(const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); }
+
+// A leaf that keeps t's strides (a view of the same storage), so the op sees the layout under test.
+torch::Tensor leaf_view(const torch::Tensor& t) { return t.detach().requires_grad_(true); }
+
+// A contiguous tensor whose data starts one element past an aligned address: the op layer must copy it.
+torch::Tensor misaligned_copy(const torch::Tensor& t) {
+  auto storage = torch::empty({t.numel() + 1}, t.options());
+  auto view = storage.narrow(0, 1, t.numel()).view(t.sizes());
+  view.copy_(t);
+  return view;
+}
+
+struct Config {
+  int64_t batch;
+  int64_t q_heads;
+  int64_t kv_heads;
+  int64_t seq;
+  int64_t head_dim;
+};
+
+struct Inputs {
+  torch::Tensor q;
+  torch::Tensor k;
+  torch::Tensor v;
+};
+
+Inputs random_inputs(const Config& c, torch::ScalarType dtype) {
+  return {torch::randn({c.batch, c.q_heads, c.seq, c.head_dim}, gpu()).to(dtype),
+          torch::randn({c.batch, c.kv_heads, c.seq, c.head_dim}, gpu()).to(dtype),
+          torch::randn({c.batch, c.kv_heads, c.seq, c.head_dim}, gpu()).to(dtype)};
+}
+
+// dQ and dK come from dS = P * (dP - delta), where dP = dO V^T and delta = rowsum(dO * O) cancel exactly when a
+// query sees a single key (seq 1): the fp64 result is 0, ours the rounding of dP and delta (~1e-7 relative).
+// Their tolerances are therefore relative to the size of the terms before the cancellation, in fp64:
+// max |(P * |dP|) |K|| * scale for dQ and max |(P * |dP|)^T |Q|| * scale (summed over the group) for dK.
+std::pair<double, double> cancellation_scales(const torch::Tensor& q64, const torch::Tensor& k64,
+                                              const torch::Tensor& v64, const torch::Tensor& grad_out64) {
+  torch::NoGradGuard no_grad;
+  const int64_t n_rep = q64.size(1) / k64.size(1);
+  const int64_t seq = q64.size(2);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q64.size(3)));
+  auto keys = k64.repeat_interleave(n_rep, 1);
+  auto values = v64.repeat_interleave(n_rep, 1);
+  auto future = torch::ones({seq, seq}, q64.options().dtype(torch::kBool)).triu(1);
+  auto probs = torch::softmax((torch::matmul(q64, keys.transpose(-2, -1)) * scale).masked_fill(future, -INFINITY), -1);
+  auto terms = probs * torch::matmul(grad_out64, values.transpose(-2, -1)).abs();
+  const double grad_q = (torch::matmul(terms, keys.abs()) * scale).max().item<double>();
+  auto grad_k_terms = torch::matmul(terms.transpose(-2, -1), q64.abs()) * scale;
+  const double grad_k = grad_k_terms.unflatten(1, {k64.size(1), n_rep}).sum(2).max().item<double>();
+  return {grad_q, grad_k};
+}
+
+// Output and the gradients of q, k and v against the reference at the same precision and in fp64.
+void check_attention(const Inputs& in, torch::ScalarType dtype, const std::string& label) {
+  const std::string what = "flash_attention " + label + " q " + shape_name(in.q.sizes()) + " k/v " +
+                           shape_name(in.k.sizes());
+  auto grad_out = torch::randn(in.q.sizes(), gpu()).to(dtype);
+
+  auto q = leaf_view(in.q);
+  auto k = leaf_view(in.k);
+  auto v = leaf_view(in.v);
+  auto out = tt::ops::flash_attention(q, k, v);
+  EXPECT_EQ(out.scalar_type(), dtype) << what << ": output must keep the input dtype";
+  auto grads = grads_of(out, {q, k, v}, grad_out);
+
+  auto q_same = leaf(in.q);
+  auto k_same = leaf(in.k);
+  auto v_same = leaf(in.v);
+  auto out_same = tt::reference::masked_attention(q_same, k_same, v_same);
+  auto grads_same = grads_of(out_same, {q_same, k_same, v_same}, grad_out);
+
+  auto q64 = leaf(in.q.to(torch::kFloat64));
+  auto k64 = leaf(in.k.to(torch::kFloat64));
+  auto v64 = leaf(in.v.to(torch::kFloat64));
+  auto out64 = tt::reference::masked_attention(q64, k64, v64);
+  auto grads64 = grads_of(out64, {q64, k64, v64}, grad_out.to(torch::kFloat64));
+
+  expect_matches_reference(out, out_same, out64, dtype, 1e-5, what + " output");
+  const auto [grad_q_scale, grad_k_scale] = cancellation_scales(q64.detach(), k64.detach(), v64.detach(),
+                                                                 grad_out.to(torch::kFloat64));
+  expect_matches_reference(grads[0], grads_same[0], grads64[0], dtype, 1e-4, what + " grad q", grad_q_scale);
+  expect_matches_reference(grads[1], grads_same[1], grads64[1], dtype, 1e-4, what + " grad k", grad_k_scale);
+  expect_matches_reference(grads[2], grads_same[2], grads64[2], dtype, 1e-4, what + " grad v");
+}
+
+// Sequence lengths around the tiles (16-row fragments, 32- and 64-row blocks): one row, a partial fragment,
+// exact tiles, one past, one short.
+TEST(FlashAttentionGpu, MatchesReferenceOverShapesHeadsAndDtypes) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(0);
+  const std::vector<std::pair<int64_t, int64_t>> head_configs = {{8, 8}, {8, 4}, {8, 1}, {32, 16}};
+  int64_t case_index = 0;
+  for (const auto dtype : kDtypes) {
+    for (const int64_t head_dim : {32, 64, 128}) {
+      for (const auto& [q_heads, kv_heads] : head_configs) {
+        for (const int64_t seq : {1, 7, 64, 65, 127, 128, 129}) {
+          const int64_t batch = case_index++ % 2 == 0 ? 1 : 3;
+          check_attention(random_inputs({batch, q_heads, kv_heads, seq, head_dim}, dtype), dtype, "contiguous");
+        }
+      }
+    }
+  }
+}
+
+// Many tiles per block: the online softmax's rescaling and the backward's loops over tiles and heads.
+TEST(FlashAttentionGpu, MatchesReferenceOnLongSequences) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(1);
+  const std::vector<std::pair<torch::ScalarType, Config>> cases = {
+      {torch::kBFloat16, {1, 8, 4, 4096, 64}}, {torch::kFloat16, {1, 8, 1, 4096, 128}},
+      {torch::kFloat32, {1, 8, 2, 4096, 32}},  {torch::kFloat32, {1, 8, 8, 1000, 64}},
+      {torch::kFloat32, {1, 8, 2, 1000, 128}}, {torch::kBFloat16, {3, 32, 16, 1000, 128}},
+      {torch::kFloat16, {3, 8, 8, 1000, 32}},  {torch::kBFloat16, {1, 8, 1, 1000, 32}}};
+  for (const auto& [dtype, config] : cases) check_attention(random_inputs(config, dtype), dtype, "long");
+}
+
+TEST(FlashAttentionGpu, AcceptsViewsOfFusedQkvAndOtherLayouts) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(2);
+  for (const auto dtype : kDtypes) {
+    const int64_t batch = 2, seq = 77, q_heads = 8, kv_heads = 2, head_dim = 64;
+    // As the model makes them: [B, S, H, D] views into the fused QKV projection, transposed to [B, H, S, D].
+    auto qkv = torch::randn({batch, seq, (q_heads + 2 * kv_heads) * head_dim}, gpu()).to(dtype);
+    auto parts = qkv.split({q_heads * head_dim, kv_heads * head_dim, kv_heads * head_dim}, -1);
+    Inputs fused{parts[0].unflatten(-1, {q_heads, head_dim}).transpose(1, 2),
+                 parts[1].unflatten(-1, {kv_heads, head_dim}).transpose(1, 2),
+                 parts[2].unflatten(-1, {kv_heads, head_dim}).transpose(1, 2)};
+    check_attention(fused, dtype, "fused-QKV views");
+
+    auto out = tt::ops::flash_attention(fused.q, fused.k, fused.v);
+    EXPECT_TRUE(out.transpose(1, 2).is_contiguous())
+        << "flash_attention [" << dtype_name(dtype) << "]: the output must be a [B, S, H, D] tensor seen as "
+        << "[B, H, S, D], so merging heads is free; got strides " << shape_name(out.strides());
+
+    // A non-unit stride in the head dim, and a misaligned start: both copied by the op layer.
+    auto strided = torch::randn({batch, q_heads, head_dim, seq}, gpu()).to(dtype).transpose(2, 3);
+    auto kv = random_inputs({batch, q_heads, kv_heads, seq, head_dim}, dtype);
+    check_attention({strided, kv.k, kv.v}, dtype, "strided head dim");
+    check_attention({misaligned_copy(kv.q), misaligned_copy(kv.k), kv.v}, dtype, "misaligned");
+  }
+}
+
+TEST(FlashAttentionGpu, IsBitwiseDeterministic) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(3);
+  const char* names[] = {"output", "grad q", "grad k", "grad v"};
+  for (const auto dtype : kDtypes) {
+    for (const int64_t head_dim : {64, 128}) {
+      const Config config{2, 8, 2, 1000, head_dim};
+      auto in = random_inputs(config, dtype);
+      auto grad_out = torch::randn(in.q.sizes(), gpu()).to(dtype);
+      std::vector<std::vector<torch::Tensor>> runs;
+      for (int run = 0; run < 2; ++run) {
+        auto q = leaf(in.q);
+        auto k = leaf(in.k);
+        auto v = leaf(in.v);
+        auto out = tt::ops::flash_attention(q, k, v);
+        auto grads = grads_of(out, {q, k, v}, grad_out);
+        runs.push_back({out.detach(), grads[0], grads[1], grads[2]});
+      }
+      for (size_t i = 0; i < runs[0].size(); ++i) {
+        EXPECT_TRUE(torch::equal(runs[0][i], runs[1][i]))
+            << "flash_attention " << names[i] << " [" << dtype_name(dtype) << ", head_dim " << head_dim
+            << "] differs between two identical runs: max |difference| = "
+            << (runs[0][i].to(torch::kFloat64) - runs[1][i].to(torch::kFloat64)).abs().max().item<double>();
+      }
+    }
+  }
+}
+
+TEST(FlashAttentionGpu, EmptyBatch) {
+  SKIP_WITHOUT_GPU();
+  auto q = leaf(torch::randn({0, 8, 16, 64}, gpu()));
+  auto k = leaf(torch::randn({0, 2, 16, 64}, gpu()));
+  auto v = leaf(torch::randn({0, 2, 16, 64}, gpu()));
+  auto out = tt::ops::flash_attention(q, k, v);
+  EXPECT_EQ(out.sizes(), q.sizes());
+  auto grads = grads_of(out, {q, k, v}, torch::randn({0, 8, 16, 64}, gpu()));
+  EXPECT_EQ(grads[0].sizes(), q.sizes());
+  EXPECT_EQ(grads[1].sizes(), k.sizes());
+  EXPECT_EQ(grads[2].sizes(), v.sizes());
+}
+
+TEST(FlashAttentionGpu, RejectsBadInputs) {
+  SKIP_WITHOUT_GPU();
+  auto q = torch::randn({1, 8, 5, 64}, gpu());
+  auto kv = torch::randn({1, 2, 5, 64}, gpu());
+  expect_error([&] { tt::ops::flash_attention(q.to(torch::kFloat64), kv.to(torch::kFloat64), kv.to(torch::kFloat64)); },
+               "the GPU kernel supports q, k and v of dtype Float, BFloat16 or Half, got Double");
+  expect_error(
+      [&] {
+        tt::ops::flash_attention(torch::randn({1, 8, 5, 48}, gpu()), torch::randn({1, 2, 5, 48}, gpu()),
+                                 torch::randn({1, 2, 5, 48}, gpu()));
+      },
+      "the GPU kernel supports head_dim 32, 64 or 128, got 48");
+  expect_error([&] { tt::ops::flash_attention(q, kv.cpu(), kv); }, "k is on cpu but q is on cuda");
+  expect_error([&] { tt::ops::flash_attention(q, kv, kv.cpu()); }, "v is on cpu but q is on cuda");
+  expect_error(
+      [&] {
+        auto kv3 = torch::randn({1, 3, 5, 64}, gpu());
+        tt::ops::flash_attention(q, kv3, kv3);
+      },
+      "number of query heads (8) must be a multiple of key/value heads (3)");
+}
+
+}  // namespace
