@@ -628,6 +628,7 @@ LaunchStatus backward_for(const FlashBackwardParams& p, gpuStream_t stream) {
 template <typename F>
 bool dispatch_head_dim(int64_t head_dim, F&& f) {
   switch (head_dim) {
+    case 16: f(std::integral_constant<int, 16>{}); return true;  // small teaching models (configs/smoke.json)
     case 32: f(std::integral_constant<int, 32>{}); return true;
     case 64: f(std::integral_constant<int, 64>{}); return true;
     case 128: f(std::integral_constant<int, 128>{}); return true;
@@ -635,7 +636,7 @@ bool dispatch_head_dim(int64_t head_dim, F&& f) {
   }
 }
 
-constexpr const char* kUnsupportedHeadDim = "flash attention kernels exist for head_dim 32, 64 and 128 only";
+constexpr const char* kUnsupportedHeadDim = "flash attention kernels exist for head_dim 16, 32, 64 and 128 only";
 
 }  // namespace
 

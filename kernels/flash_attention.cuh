@@ -33,7 +33,7 @@ struct FlashForwardParams {
   int64_t q_heads;
   int64_t kv_heads;  // divides q_heads
   int64_t seq;
-  int64_t head_dim;  // 32, 64 or 128
+  int64_t head_dim;  // 16, 32, 64 or 128
 };
 
 struct FlashBackwardParams {

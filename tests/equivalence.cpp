@@ -19,6 +19,20 @@ StageSnapshot snapshot(Trainer& trainer, const torch::Tensor& inputs, const torc
   return s;
 }
 
+void expect_fp32_equivalent(const Comparison& c, const std::string& what) {
+  EXPECT_LT(c.loss_rel, 1e-5) << what;
+  EXPECT_LT(c.logits_rel, 1e-4) << what;
+  EXPECT_LT(c.max_grad_rel(), 1e-4) << what << ": worst gradient " << c.worst_grad();
+}
+
+void expect_bf16_equivalent(const Comparison& candidate, const Comparison& baseline, const std::string& what) {
+  constexpr double kFloor = 1e-4, kLossFloor = 2.5e-4;
+  EXPECT_LE(candidate.loss_rel, 2 * baseline.loss_rel + kLossFloor) << what;
+  EXPECT_LE(candidate.logits_rel, 2 * baseline.logits_rel + kFloor) << what;
+  for (const auto& [name, error] : candidate.grad_rel)
+    EXPECT_LE(error, 2 * baseline.grad_rel.at(name) + kFloor) << what << ": " << name;
+}
+
 Comparison compare(const StageSnapshot& a, const StageSnapshot& b) {
   Comparison c;
   c.loss_rel = std::abs(a.loss - b.loss) / std::abs(b.loss);

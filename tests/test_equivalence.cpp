@@ -8,25 +8,9 @@ namespace tt {
 namespace {
 
 using testing::Comparison;
+using testing::expect_bf16_equivalent;
+using testing::expect_fp32_equivalent;
 using testing::run_equivalence;
-
-// fp32 tolerances (the harness's contract): loss within 1e-5 relative; every gradient within 1e-4 of its
-// norm; logits likewise 1e-4.
-void expect_fp32_equivalent(const Comparison& c, const std::string& what) {
-  EXPECT_LT(c.loss_rel, 1e-5) << what;
-  EXPECT_LT(c.logits_rel, 1e-4) << what;
-  EXPECT_LT(c.max_grad_rel(), 1e-4) << what << ": worst gradient " << c.worst_grad();
-}
-
-// bf16: the candidate's error against the fp32 reference may be at most twice the reference stage's own
-// bf16 error (plus a floor for values that bf16 reproduces almost exactly).
-void expect_bf16_equivalent(const Comparison& candidate, const Comparison& baseline, const std::string& what) {
-  constexpr double kFloor = 1e-4;
-  EXPECT_LE(candidate.loss_rel, 2 * baseline.loss_rel + kFloor) << what;
-  EXPECT_LE(candidate.logits_rel, 2 * baseline.logits_rel + kFloor) << what;
-  for (const auto& [name, error] : candidate.grad_rel)
-    EXPECT_LE(error, 2 * baseline.grad_rel.at(name) + kFloor) << what << ": " << name;
-}
 
 class StageEquivalence : public ::testing::TestWithParam<StageSpec (*)()> {};
 

@@ -60,8 +60,8 @@ void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::T
   detail::check_gpu_input("flash_attention", "q, k and v", q);
 #ifdef TT_HAVE_GPU_KERNELS
   const int64_t head_dim = q.size(3);
-  TORCH_CHECK(head_dim == 32 || head_dim == 64 || head_dim == 128,
-              "tt::ops::flash_attention: the GPU kernel supports head_dim 32, 64 or 128, got ", head_dim);
+  TORCH_CHECK(head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128,
+              "tt::ops::flash_attention: the GPU kernel supports head_dim 16, 32, 64 or 128, got ", head_dim);
   TORCH_CHECK(q.size(2) <= std::numeric_limits<int32_t>::max(),
               "tt::ops::flash_attention: the GPU kernel handles at most 2^31 - 1 positions, got seq ", q.size(2));
   TORCH_CHECK(q.size(0) <= kMaxGridDim && q_heads <= kMaxGridDim, "tt::ops::flash_attention: the GPU kernel handles ",

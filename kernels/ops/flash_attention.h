@@ -9,7 +9,7 @@ namespace tt::ops {
 // of Hkv (grouped-query: query head h attends with key/value head h / (Hq / Hkv), nothing is repeated).
 // Returns [B, Hq, S, D] in q's dtype; differentiable in q, k and v.
 //
-// GPU (fp32, bf16 or fp16; head_dim 32, 64 or 128): the flash attention kernels, O(S) memory, bitwise
+// GPU (fp32, bf16 or fp16; head_dim 16, 32, 64 or 128): the flash attention kernels, O(S) memory, bitwise
 // reproducible gradients. q, k and v may be strided views (of a fused QKV projection, say) as long as the head
 // dim is contiguous. The result is a transposed view of a contiguous [B, S, Hq, D] tensor, so merging the
 // heads afterwards (transpose(1, 2).reshape(B, S, Hq * D)) costs no copy.
