@@ -12,9 +12,11 @@ namespace tt::kernels {
 namespace {
 
 // A block of the backward handles rows blockIdx.x, blockIdx.x + gridDim.x, ... Capping the grid keeps
-// the partial-sum scratch (num_partials * hidden * 4 bytes) small next to the activations while still
-// giving every SM of current GPUs (132 on H100, 304 CUs on MI300X) one or two blocks.
-constexpr int64_t kMaxBackwardPartials = 256;
+// the partial-sum scratch (num_partials * hidden * 4 bytes) small next to the activations (2 MB at
+// hidden 512, 8 MB at 2048). The cap was 256: at the long-context shape (8192 rows of 512, 128 threads a
+// block) that left 8 warps per H100 SM, and one backward took 46 us where its 48 MB of traffic need about
+// 16 us; 1024 blocks keep about 30 warps per SM.
+constexpr int64_t kMaxBackwardPartials = 1024;
 
 // =================================================================================================
 // Kernels

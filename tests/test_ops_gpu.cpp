@@ -158,10 +158,11 @@ void check_rms_norm(const torch::Tensor& x_in, torch::ScalarType dtype, const st
 TEST(OpsGpu, RmsNormMatchesReferenceOverShapesAndDtypes) {
   SKIP_WITHOUT_GPU();
   torch::manual_seed(0);
-  // Rows: one; a few; more than the backward's 256 partial-sum blocks (several rows per block).
+  // Rows: one; a few; more than the backward's 1024 partial-sum blocks (several rows per block).
   // Hidden: 1, odd sizes (element-wise path), 512/1000/2048 (16-byte path), 4099 (several strides).
-  const std::vector<std::vector<int64_t>> shapes = {{1, 1},    {1, 7},      {3, 129}, {2, 17, 512}, {1000, 1000},
-                                                    {5, 4099}, {300, 2048}, {600, 7}, {257, 129}};
+  const std::vector<std::vector<int64_t>> shapes = {{1, 1},    {1, 7},      {3, 129},  {2, 17, 512},  {1000, 1000},
+                                                    {5, 4099}, {300, 2048}, {600, 7},  {1025, 129},  {4, 600, 512},
+                                                    {2100, 7}};
   for (const auto dtype : kDtypes) {
     for (const auto& shape : shapes) check_rms_norm(torch::randn(shape, gpu()).to(dtype), dtype, "contiguous");
   }
