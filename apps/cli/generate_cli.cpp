@@ -45,8 +45,8 @@ cxxopts::Options make_options() {
        cxxopts::value<std::string>()->default_value("auto"))
       ("dtype", "fp32 | bf16 (bf16: autocast and bf16 key/value caches, fp32 weights)",
        cxxopts::value<std::string>()->default_value("fp32"))
-      ("stage", "build the model with this stage's components: v1_baseline | v2_fused | v3_custom "
-                "(default: the stage that wrote the checkpoint)", cxxopts::value<std::string>())
+      ("stage", "build the model with this stage's components: " + stages::names() +
+                " (default: the stage that wrote the checkpoint)", cxxopts::value<std::string>())
       ("no-kv-cache", "recompute the whole sequence for every new byte instead of decoding with the key/value cache "
                       "(slow; the reference the cache is checked against)")
       ("help", "show this help");
