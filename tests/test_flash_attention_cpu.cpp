@@ -13,31 +13,15 @@
 #include "kernels/ops/flash_attention.h"
 #include "models/reference.h"
 #include "tests/helpers.h"
+#include "tests/kernel_checks.h"
 
 namespace {
 
 using tt::testing::expect_error;
 
-// max |actual - expected| <= atol + rtol * max |expected|, reported with both magnitudes on failure.
-void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, double rtol, double atol,
-                  const std::string& what) {
-  ASSERT_TRUE(actual.defined()) << what << ": no result (undefined tensor)";
-  ASSERT_EQ(actual.sizes(), expected.sizes()) << what << ": shapes differ";
-  auto a = actual.detach().to(torch::kFloat64);
-  auto e = expected.detach().to(torch::kFloat64);
-  const double error = a.numel() == 0 ? 0.0 : (a - e).abs().max().item<double>();
-  const double scale = e.numel() == 0 ? 0.0 : e.abs().max().item<double>();
-  const double allowed = atol + rtol * scale;
-  EXPECT_LE(error, allowed) << what << ": max |actual - expected| = " << error << ", allowed " << allowed << " (rtol "
-                            << rtol << " x max |expected| " << scale << " + atol " << atol << ")";
-}
-
-std::vector<torch::Tensor> grads_of(const torch::Tensor& output, const std::vector<torch::Tensor>& inputs,
-                                    const torch::Tensor& grad_output) {
-  return torch::autograd::grad({output}, inputs, {grad_output});
-}
-
-torch::Tensor leaf(const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); }
+using tt::testing::expect_close;
+using tt::testing::grads_of;
+using tt::testing::leaf;
 
 // A leaf that keeps t's strides (a view of the same storage), so the op sees the layout under test.
 torch::Tensor leaf_view(const torch::Tensor& t) { return t.detach().requires_grad_(true); }
@@ -70,8 +54,8 @@ void check_against_reference(const torch::Tensor& q_in, const torch::Tensor& k_i
   expect_close(out, out_ref, 1e-5, 1e-6, what + " output");
 
   auto grad_out = torch::randn_like(out_ref);
-  auto grads = grads_of(out, {q, k, v}, grad_out);
-  auto grads_ref = grads_of(out_ref, {q_ref, k_ref, v_ref}, grad_out);
+  auto grads = grads_of({out}, {q, k, v}, {grad_out});
+  auto grads_ref = grads_of({out_ref}, {q_ref, k_ref, v_ref}, {grad_out});
   expect_close(grads[0], grads_ref[0], 1e-4, 1e-5, what + " grad q");
   expect_close(grads[1], grads_ref[1], 1e-4, 1e-5, what + " grad k");
   expect_close(grads[2], grads_ref[2], 1e-4, 1e-5, what + " grad v");

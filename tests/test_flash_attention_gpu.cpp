@@ -2,12 +2,7 @@
 // reference::masked_attention over dtypes, head dims, grouped-query head counts, ragged sequence lengths and
 // strided inputs; bitwise reproducibility; bad inputs. Every test skips when there is no GPU.
 //
-// Tolerances (the convention of tests/test_ops_gpu.cpp). Every comparison is against the reference evaluated
-// in float64 on the same (already rounded) inputs.
-//  * fp32: max |ours - ref64| <= rtol * max |ref64|, rtol 1e-5 for the output and 1e-4 for gradients.
-//  * bf16/fp16: our error may be at most twice the reference's own error at that precision (the reference run
-//    on the same bf16/fp16 inputs, against the same fp64 result), plus half an ulp of the largest value.
-// Failures print the shape, dtype, error, allowance and magnitudes, so the log alone tells how far off it is.
+// Tolerances: tests/kernel_checks.h.
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -20,97 +15,26 @@
 #include "kernels/ops/flash_attention.h"
 #include "models/reference.h"
 #include "tests/helpers.h"
+#include "tests/kernel_checks.h"
 
 namespace {
 
 using tt::testing::expect_error;
 
-#if defined(TT_BACKEND_CUDA) || defined(TT_BACKEND_HIP)
-constexpr bool kBuiltWithKernels = true;
-#else
-constexpr bool kBuiltWithKernels = false;
-#endif
+using tt::testing::dtype_name;
+using tt::testing::expect_matches_reference;
+using tt::testing::gpu;
+using tt::testing::grads_of;
+using tt::testing::leaf;
+using tt::testing::misaligned_copy;
+using tt::testing::shape_name;
+using tt::testing::unit_roundoff;
 
-#define SKIP_WITHOUT_GPU()                                                                            \
-  do {                                                                                                \
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU: torch::cuda::is_available() is false"; \
-    if (!kBuiltWithKernels) GTEST_SKIP() << "no GPU kernels: built without TT_BACKEND_CUDA/HIP";      \
-  } while (false)
-
-const std::vector<torch::ScalarType> kDtypes = {torch::kFloat32, torch::kBFloat16, torch::kFloat16};
-
-torch::TensorOptions gpu(torch::ScalarType dtype = torch::kFloat32) {
-  return torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
-}
-
-std::string dtype_name(torch::ScalarType dtype) { return c10::toString(dtype); }
-
-std::string shape_name(torch::IntArrayRef sizes) {
-  std::ostringstream out;
-  out << sizes;
-  return out.str();
-}
-
-double unit_roundoff(torch::ScalarType dtype) {
-  switch (dtype) {
-    case torch::kBFloat16: return std::ldexp(1.0, -8);
-    case torch::kFloat16: return std::ldexp(1.0, -11);
-    default: return std::ldexp(1.0, -24);
-  }
-}
-
-// See the file comment. `ours`, `ref_same` (the reference at the test's precision; unused for fp32) and
-// `ref64` are compared in fp64. `term_scale` is the magnitude the tolerances are relative to: max |ref64| by
-// default; callers pass the size of the terms a result is the difference of, where it may cancel.
-void expect_matches_reference(const torch::Tensor& ours, const torch::Tensor& ref_same, const torch::Tensor& ref64,
-                              torch::ScalarType dtype, double fp32_rtol, const std::string& what,
-                              double term_scale = -1.0) {
-  ASSERT_TRUE(ours.defined()) << what << ": no result (undefined tensor)";
-  ASSERT_EQ(ours.sizes(), ref64.sizes()) << what << ": shape differs from the reference's";
-  auto o = ours.detach().to(torch::kFloat64);
-  auto r64 = ref64.detach().to(torch::kFloat64);
-  if (o.numel() == 0) return;
-  const int64_t nans = o.isnan().sum().item<int64_t>();
-  EXPECT_EQ(nans, 0) << what << " [" << dtype_name(dtype) << "]: " << nans << " NaNs in our result";
-  auto diff = (o - r64).abs();
-  const double error = diff.max().item<double>();
-  const int64_t worst = diff.flatten().argmax().item<int64_t>();
-  const double scale = std::max(term_scale, r64.abs().max().item<double>());
-  double allowed = 0.0;
-  std::ostringstream rule;
-  if (dtype == torch::kFloat32) {
-    allowed = fp32_rtol * scale;
-    rule << "rtol " << fp32_rtol << " x scale " << scale;
-  } else {
-    const double ref_error = (ref_same.detach().to(torch::kFloat64) - r64).abs().max().item<double>();
-    const double floor = unit_roundoff(dtype) * scale;
-    allowed = 2 * ref_error + floor;
-    rule << "2 x reference's own " << dtype_name(dtype) << " error " << ref_error << " + floor " << floor
-         << " (half an ulp of scale " << scale << ")";
-  }
-  EXPECT_LE(error, allowed) << what << " [" << dtype_name(dtype) << "]: max |ours - fp64 reference| = " << error
-                            << " exceeds " << allowed << " = " << rule.str() << "; worst at flat index " << worst
-                            << " of " << shape_name(o.sizes()) << ": ours " << o.flatten()[worst].item<double>()
-                            << ", reference " << r64.flatten()[worst].item<double>();
-}
-
-std::vector<torch::Tensor> grads_of(const torch::Tensor& output, const std::vector<torch::Tensor>& inputs,
-                                    const torch::Tensor& grad_output) {
-  return torch::autograd::grad({output}, inputs, {grad_output});
-}
-
-torch::Tensor leaf(const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); }
+#define SKIP_WITHOUT_GPU() TT_SKIP_WITHOUT_GPU_KERNELS()
+const std::vector<torch::ScalarType>& kDtypes = tt::testing::kKernelDtypes;
 
 // A leaf that keeps t's strides (a view of the same storage), so the op sees the layout under test.
 torch::Tensor leaf_view(const torch::Tensor& t) { return t.detach().requires_grad_(true); }
-
-// A contiguous tensor whose data starts one element past an aligned address: the op layer must copy it.
-torch::Tensor misaligned_copy(const torch::Tensor& t) {
-  auto storage = torch::empty({t.numel() + 1}, t.options());
-  auto view = storage.narrow(0, 1, t.numel()).view(t.sizes());
-  view.copy_(t);
-  return view;
-}
 
 struct Config {
   int64_t batch;
@@ -164,19 +88,19 @@ void check_attention(const Inputs& in, torch::ScalarType dtype, const std::strin
   auto v = leaf_view(in.v);
   auto out = tt::ops::flash_attention(q, k, v);
   EXPECT_EQ(out.scalar_type(), dtype) << what << ": output must keep the input dtype";
-  auto grads = grads_of(out, {q, k, v}, grad_out);
+  auto grads = grads_of({out}, {q, k, v}, {grad_out});
 
   auto q_same = leaf(in.q);
   auto k_same = leaf(in.k);
   auto v_same = leaf(in.v);
   auto out_same = tt::reference::masked_attention(q_same, k_same, v_same);
-  auto grads_same = grads_of(out_same, {q_same, k_same, v_same}, grad_out);
+  auto grads_same = grads_of({out_same}, {q_same, k_same, v_same}, {grad_out});
 
   auto q64 = leaf(in.q.to(torch::kFloat64));
   auto k64 = leaf(in.k.to(torch::kFloat64));
   auto v64 = leaf(in.v.to(torch::kFloat64));
   auto out64 = tt::reference::masked_attention(q64, k64, v64);
-  auto grads64 = grads_of(out64, {q64, k64, v64}, grad_out.to(torch::kFloat64));
+  auto grads64 = grads_of({out64}, {q64, k64, v64}, {grad_out.to(torch::kFloat64)});
 
   expect_matches_reference(out, out_same, out64, dtype, 1e-5, what + " output");
   const auto [grad_q_scale, grad_k_scale] = cancellation_scales(q64.detach(), k64.detach(), v64.detach(),
@@ -258,7 +182,7 @@ TEST(FlashAttentionGpu, IsBitwiseDeterministic) {
         auto k = leaf(in.k);
         auto v = leaf(in.v);
         auto out = tt::ops::flash_attention(q, k, v);
-        auto grads = grads_of(out, {q, k, v}, grad_out);
+        auto grads = grads_of({out}, {q, k, v}, {grad_out});
         runs.push_back({out.detach(), grads[0], grads[1], grads[2]});
       }
       for (size_t i = 0; i < runs[0].size(); ++i) {
@@ -278,7 +202,7 @@ TEST(FlashAttentionGpu, EmptyBatch) {
   auto v = leaf(torch::randn({0, 2, 16, 64}, gpu()));
   auto out = tt::ops::flash_attention(q, k, v);
   EXPECT_EQ(out.sizes(), q.sizes());
-  auto grads = grads_of(out, {q, k, v}, torch::randn({0, 8, 16, 64}, gpu()));
+  auto grads = grads_of({out}, {q, k, v}, {torch::randn({0, 8, 16, 64}, gpu())});
   EXPECT_EQ(grads[0].sizes(), q.sizes());
   EXPECT_EQ(grads[1].sizes(), k.sizes());
   EXPECT_EQ(grads[2].sizes(), v.sizes());

@@ -16,6 +16,7 @@
 #include "kernels/ops/swiglu.h"
 #include "models/reference.h"
 #include "tests/helpers.h"
+#include "tests/kernel_checks.h"
 
 namespace {
 
@@ -24,18 +25,7 @@ using tt::testing::expect_error;
 
 // ---- helpers ------------------------------------------------------------------------------------
 
-// max |actual - expected| <= atol + rtol * max |expected|, reported with both magnitudes on failure.
-void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, double rtol, double atol,
-                  const std::string& what) {
-  ASSERT_EQ(actual.sizes(), expected.sizes()) << what << ": shapes differ";
-  auto a = actual.detach().to(torch::kFloat64);
-  auto e = expected.detach().to(torch::kFloat64);
-  const double error = a.numel() == 0 ? 0.0 : (a - e).abs().max().item<double>();
-  const double scale = e.numel() == 0 ? 0.0 : e.abs().max().item<double>();
-  const double allowed = atol + rtol * scale;
-  EXPECT_LE(error, allowed) << what << ": max |actual - expected| = " << error << ", allowed " << allowed << " (rtol "
-                            << rtol << " x max |expected| " << scale << " + atol " << atol << ")";
-}
+using tt::testing::expect_close;
 
 std::vector<torch::Tensor> grads_of(const std::vector<torch::Tensor>& outputs, const std::vector<torch::Tensor>& inputs,
                                     const std::vector<torch::Tensor>& grad_outputs) {

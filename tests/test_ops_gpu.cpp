@@ -1,13 +1,7 @@
 // GPU tests of the custom kernels through their autograd Functions (kernels/ops/), each against the plain
 // reference op (models/reference.h): the output and every gradient, over dtypes and awkward shapes.
 //
-// Tolerances. Every comparison is made against the reference evaluated in float64 on the same
-// (already rounded) inputs.
-//  * fp32: max |ours - ref64| <= rtol * max |ref64|, rtol 1e-5 (outputs) to 1e-4 (gradients).
-//  * bf16/fp16: our error may be at most twice the reference implementation's own error at that
-//    precision (the reference run on the same bf16/fp16 inputs, against the same fp64 result), plus
-//    half an ulp of the largest value: the flash-attention test convention.
-// Failures print the error, the allowance and the magnitudes, so the log alone tells how far off it is.
+// Tolerances: tests/kernel_checks.h.
 #include <cmath>
 #include <functional>
 #include <sstream>
@@ -23,6 +17,7 @@
 #include "kernels/ops/swiglu.h"
 #include "models/reference.h"
 #include "tests/helpers.h"
+#include "tests/kernel_checks.h"
 
 namespace {
 
@@ -30,93 +25,17 @@ using torch::indexing::Slice;
 using tt::reference::kIgnoreIndex;
 using tt::testing::expect_error;
 
-#if defined(TT_BACKEND_CUDA) || defined(TT_BACKEND_HIP)
-constexpr bool kBuiltWithKernels = true;
-#else
-constexpr bool kBuiltWithKernels = false;
-#endif
+using tt::testing::expect_matches_reference;
+using tt::testing::grads_of;
+using tt::testing::gpu;
+using tt::testing::leaf;
+using tt::testing::misaligned_copy;
+using tt::testing::shape_name;
+using tt::testing::unit_roundoff;
+using tt::testing::dtype_name;
 
-#define SKIP_WITHOUT_GPU()                                                                            \
-  do {                                                                                                \
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU: torch::cuda::is_available() is false"; \
-    if (!kBuiltWithKernels) GTEST_SKIP() << "no GPU kernels: built without TT_BACKEND_CUDA/HIP";      \
-  } while (false)
-
-const std::vector<torch::ScalarType> kDtypes = {torch::kFloat32, torch::kBFloat16, torch::kFloat16};
-
-torch::TensorOptions gpu(torch::ScalarType dtype = torch::kFloat32) {
-  return torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
-}
-
-std::string dtype_name(torch::ScalarType dtype) { return c10::toString(dtype); }
-
-std::string shape_name(torch::IntArrayRef sizes) {
-  std::ostringstream out;
-  out << sizes;
-  return out.str();
-}
-
-double unit_roundoff(torch::ScalarType dtype) {
-  switch (dtype) {
-    case torch::kBFloat16: return std::ldexp(1.0, -8);
-    case torch::kFloat16: return std::ldexp(1.0, -11);
-    default: return std::ldexp(1.0, -24);
-  }
-}
-
-// See the file comment. `ours`, `ref_same` (the reference at the test's precision; unused for fp32)
-// and `ref64` are compared in fp64. `term_scale` is the magnitude the tolerances are relative to:
-// max |ref64| by default; callers pass the size of the terms a result is the difference of, where
-// that result may cancel to almost nothing (an RMSNorm input gradient, p - 1 in cross-entropy).
-// NaNs must appear in the same places (an all-ignored cross-entropy batch) and are otherwise skipped.
-void expect_matches_reference(const torch::Tensor& ours, const torch::Tensor& ref_same, const torch::Tensor& ref64,
-                              torch::ScalarType dtype, double fp32_rtol, const std::string& what,
-                              double term_scale = -1.0) {
-  ASSERT_TRUE(ours.defined()) << what << ": no result (undefined tensor)";
-  ASSERT_EQ(ours.sizes(), ref64.sizes()) << what << ": shape differs from the reference's";
-  auto o = ours.detach().to(torch::kFloat64);
-  auto r64 = ref64.detach().to(torch::kFloat64);
-  if (o.numel() == 0) return;
-  EXPECT_TRUE(torch::equal(o.isnan(), r64.isnan()))
-      << what << " [" << dtype_name(dtype) << "]: NaNs differ from the fp64 reference's: ours has "
-      << o.isnan().sum().item<int64_t>() << ", the reference " << r64.isnan().sum().item<int64_t>();
-  auto max_abs_diff = [&](const torch::Tensor& a) {
-    auto diff = (a - r64).abs();
-    return torch::where(diff.isnan(), torch::zeros_like(diff), diff).max().item<double>();
-  };
-  const double error = max_abs_diff(o);
-  const double scale = term_scale >= 0.0 ? term_scale : torch::nan_to_num(r64.abs(), 0.0).max().item<double>();
-  double allowed = 0.0;
-  std::ostringstream rule;
-  if (dtype == torch::kFloat32) {
-    allowed = fp32_rtol * scale;
-    rule << "rtol " << fp32_rtol << " x scale " << scale;
-  } else {
-    const double ref_error = max_abs_diff(ref_same.detach().to(torch::kFloat64));
-    const double floor = unit_roundoff(dtype) * scale;
-    allowed = 2 * ref_error + floor;
-    rule << "2 x reference's own " << dtype_name(dtype) << " error " << ref_error << " + floor " << floor
-         << " (half an ulp of scale " << scale << ")";
-  }
-  EXPECT_LE(error, allowed) << what << " [" << dtype_name(dtype) << "]: max |ours - fp64 reference| = " << error
-                            << " exceeds " << allowed << " = " << rule.str();
-}
-
-std::vector<torch::Tensor> grads_of(const std::vector<torch::Tensor>& outputs, const std::vector<torch::Tensor>& inputs,
-                                    const std::vector<torch::Tensor>& grad_outputs) {
-  return torch::autograd::grad(outputs, inputs, grad_outputs);
-}
-
-torch::Tensor leaf(const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); }
-
-// A contiguous tensor whose data starts one element past an aligned address: the kernels must notice
-// and fall back from 16-byte accesses.
-torch::Tensor misaligned_copy(const torch::Tensor& t) {
-  auto storage = torch::empty({t.numel() + 1}, t.options());
-  auto view = storage.narrow(0, 1, t.numel()).view(t.sizes());
-  view.copy_(t);
-  return view;
-}
+#define SKIP_WITHOUT_GPU() TT_SKIP_WITHOUT_GPU_KERNELS()
+const std::vector<torch::ScalarType>& kDtypes = tt::testing::kKernelDtypes;
 
 // ---- RMSNorm ------------------------------------------------------------------------------------
 
