@@ -40,11 +40,11 @@ struct AdamWTensorList {
 // State that lives on the device, so that a replayed graph advances it: the step counter and the scalars
 // every block needs, computed once per step by the prepare kernel.
 struct AdamWDeviceState {
-  float step;          // steps taken, after this one's prepare
+  float step;          // steps taken, after this one's prepare (exact up to 2^24 steps)
   float clip_scale;    // min(1, max_norm / (norm + 1e-6)), or 1 without clipping
   float step_size;     // lr / (1 - beta1^step)
   float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
-  float grad_norm;     // the global gradient norm, when clipping computed it
+  float grad_norm;     // the global gradient norm when clipping computed it, 0 otherwise
 };
 
 // Doubles, as LibTorch's optimizers take them; the update rounds the derived constants to fp32 once.

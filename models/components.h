@@ -19,7 +19,8 @@ struct KVCache {
 };
 
 // A bias-free linear layer, y = x W^T, whose fp32 weight W is the parameter (the master copy). A stage
-// that keeps low-precision compute copies gives it one (set_compute_weight): the forward then reads the
+// that keeps low-precision compute copies gives it one (compute_weight, set by
+// TransformerImpl::enable_compute_copies): the forward then reads the
 // copy, which the optimizer rewrites after each update, instead of casting W in every step; the gradient
 // lands on the copy (a leaf) and the optimizer adds it to W's update.
 class ProjectionImpl : public torch::nn::Module {

@@ -1,6 +1,7 @@
 #include "models/config.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -55,7 +56,7 @@ const std::vector<Field<TrainConfig>>& train_fields() {
       {"seed", &TrainConfig::seed, "seed", "seed for weights and data"},
       {"device", &TrainConfig::device, "device", "auto | cpu | cuda (on ROCm builds, cuda is the HIP device)"},
       {"log_every", &TrainConfig::log_every, "log-every", "progress line every N steps, 0 = off"},
-      {"data", &TrainConfig::data, "data", "train on this text file as bytes (needs vocab_size >= 256); none = synthetic tokens"},
+      {"data", &TrainConfig::data, "data", "train on this text file as bytes (needs vocab_size >= 256); empty = synthetic tokens"},
   };
   return fields;
 }
@@ -180,12 +181,12 @@ void require_positive(const std::string& field, int64_t value) {
   if (value <= 0) fail("config", field, "= " + std::to_string(value) + " is not allowed: must be positive");
 }
 
-// The built-in default as the help text shows it: strings without quotes, "" as "none".
+// The built-in default as the help text shows it: strings without quotes, "" as "(empty)".
 std::string default_text(const json& value) {
   if (value.is_number_float()) return str(value.get<double>());
   if (!value.is_string()) return value.dump();
   const auto s = value.get<std::string>();
-  return s.empty() ? "none" : s;
+  return s.empty() ? "(empty)" : s;
 }
 
 }  // namespace
@@ -291,17 +292,19 @@ void validate(const RunConfig& c) {
     fail("config", "training.warmup_steps", "= " + std::to_string(t.warmup_steps) + " is not allowed: must be >= 0");
   if (t.log_every < 0)
     fail("config", "training.log_every", "= " + std::to_string(t.log_every) + " is not allowed: must be >= 0");
-  if (!(t.learning_rate > 0))
-    fail("config", "training.learning_rate", "= " + str(t.learning_rate) + " is not allowed: must be > 0");
+  if (!(t.learning_rate > 0) || !std::isfinite(t.learning_rate))
+    fail("config", "training.learning_rate", "= " + str(t.learning_rate) + " is not allowed: must be finite and > 0");
   if (!(t.beta1 >= 0 && t.beta1 < 1))
     fail("config", "training.beta1", "= " + str(t.beta1) + " is not allowed: must be in [0, 1)");
   if (!(t.beta2 >= 0 && t.beta2 < 1))
     fail("config", "training.beta2", "= " + str(t.beta2) + " is not allowed: must be in [0, 1)");
-  if (!(t.adam_eps > 0)) fail("config", "training.adam_eps", "= " + str(t.adam_eps) + " is not allowed: must be > 0");
-  if (!(t.weight_decay >= 0))
-    fail("config", "training.weight_decay", "= " + str(t.weight_decay) + " is not allowed: must be >= 0");
-  if (!(t.grad_clip >= 0))
-    fail("config", "training.grad_clip", "= " + str(t.grad_clip) + " is not allowed: must be >= 0 (0 = off)");
+  if (!(t.adam_eps > 0) || !std::isfinite(t.adam_eps))
+    fail("config", "training.adam_eps", "= " + str(t.adam_eps) + " is not allowed: must be finite and > 0");
+  if (!(t.weight_decay >= 0) || !std::isfinite(t.weight_decay))
+    fail("config", "training.weight_decay", "= " + str(t.weight_decay) + " is not allowed: must be finite and >= 0");
+  if (!(t.grad_clip >= 0) || !std::isfinite(t.grad_clip))
+    fail("config", "training.grad_clip",
+         "= " + str(t.grad_clip) + " is not allowed: must be finite and >= 0 (0 = off)");
   if (t.device != "auto" && t.device != "cpu" && t.device != "cuda")
     fail("config", "training.device", "= \"" + t.device + "\" is not allowed: must be \"auto\", \"cpu\" or \"cuda\"");
   if (!t.data.empty() && c.model.vocab_size < 256)

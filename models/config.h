@@ -85,7 +85,7 @@ struct ConfigField {
   std::string path;   // "training.batch_size"
   const char* flag;   // "batch-size"; nullptr when only a config file sets the field
   const char* help;   // what the flag means, "" when its path says it all
-  std::string default_value;  // the built-in default, as the help text shows it ("8", "fp32", "none")
+  std::string default_value;  // the built-in default, as the help text shows it ("8", "fp32", "(empty)")
   bool boolean = false;       // a switch: the flag alone means true
 };
 // Every field, model section first, in the order of the config structs.

@@ -5,7 +5,7 @@
 #   NVIDIA: ncu with the sections SpeedOfLight, MemoryWorkloadAnalysis, Occupancy, LaunchStats on a window
 #           of --launch-count kernels (every kernel is replayed once per counter pass: the full run would take hours)
 # Counter collection replays kernels (ncu) or the whole run (rocprof-compute) many times, so by default the
-# run is 1 warm-up + 2 measured steps unless the stage flags set --num-steps / --warmup-steps; the step times
+# run is 2 warm-up + 2 measured steps (a graphed stage captures during the warm-up) unless the stage flags set --num-steps / --warmup-steps; the step times
 # in that run's result JSON are distorted by the replays and are not for comparison.
 # Output: profiles/profile_counters_<stage>_<UTC time>/
 set -euo pipefail
@@ -40,8 +40,8 @@ case $vendor in
 esac
 tt_output_dir
 if ! tt_has_arg --num-steps && ! tt_has_arg --warmup-steps; then
-  stage_args+=(--warmup-steps 1 --num-steps 2)
-  say "note: running 1 warm-up + 2 measured steps (counter collection replays the work; pass --num-steps / --warmup-steps to change)"
+  stage_args+=(--warmup-steps 2 --num-steps 2)
+  say "note: running 2 warm-up + 2 measured steps (counter collection replays the work; pass --num-steps / --warmup-steps to change)"
 fi
 
 rc=0

@@ -101,6 +101,18 @@ TEST(Compare, SpeedupMemoryAndLossAreRelativeToV1) {
   EXPECT_NE(table.find("412"), std::string::npos) << table;
 }
 
+TEST(Compare, AGraphedResultSwitchesTheMemoryColumnToReservedForEveryRow) {
+  auto results = load_results({fixture("v1_baseline.json"), fixture("v3_custom.json")});
+  EXPECT_EQ(build_comparison(results).memory_field, "peak_allocated_mb");
+  results[1].json["stage"]["components"]["step"] = "one CUDA/HIP graph: captured once, replayed every step";
+  const Comparison c = build_comparison(results);
+  EXPECT_EQ(c.memory_field, "peak_reserved_mb");
+  EXPECT_DOUBLE_EQ(row_of(c, "v1_baseline").peak_mb, 2500.0);
+  EXPECT_DOUBLE_EQ(*row_of(c, "v3_custom").peak_reduction, 0.5);  // 1 - 1250 / 2500
+  EXPECT_NE(format_table(c).find("summary.peak_reserved_mb for every stage"), std::string::npos);
+  EXPECT_NE(to_csv(c).find(",peak_reserved_mb,"), std::string::npos);
+}
+
 TEST(Compare, FirstFileIsTheReferenceWithoutV1) {
   const Comparison c = build_comparison(load_results({fixture("v2_fused.json"), fixture("v3_custom.json")}));
   EXPECT_EQ(c.reference, 0u);

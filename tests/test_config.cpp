@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 
 #include "apps/cli/stage_cli.h"
@@ -112,12 +113,14 @@ TEST(Config, EveryValidationRuleNamesFieldValueAndRule) {
       {[](RunConfig& c) { c.training.seq_len = 300; }, "training.seq_len", "must be <= model.max_seq_len (256)"},
       {[](RunConfig& c) { c.training.warmup_steps = -1; }, "training.warmup_steps", "must be >= 0"},
       {[](RunConfig& c) { c.training.log_every = -1; }, "training.log_every", "must be >= 0"},
-      {[](RunConfig& c) { c.training.learning_rate = 0; }, "training.learning_rate", "must be > 0"},
+      {[](RunConfig& c) { c.training.learning_rate = 0; }, "training.learning_rate", "must be finite and > 0"},
       {[](RunConfig& c) { c.training.beta1 = 1; }, "training.beta1", "must be in [0, 1)"},
       {[](RunConfig& c) { c.training.beta2 = -0.5; }, "training.beta2", "must be in [0, 1)"},
-      {[](RunConfig& c) { c.training.adam_eps = 0; }, "training.adam_eps", "must be > 0"},
-      {[](RunConfig& c) { c.training.weight_decay = -0.1; }, "training.weight_decay", "must be >= 0"},
-      {[](RunConfig& c) { c.training.grad_clip = -1; }, "training.grad_clip", "must be >= 0"},
+      {[](RunConfig& c) { c.training.adam_eps = 0; }, "training.adam_eps", "must be finite and > 0"},
+      {[](RunConfig& c) { c.training.weight_decay = -0.1; }, "training.weight_decay", "must be finite and >= 0"},
+      {[](RunConfig& c) { c.training.grad_clip = -1; }, "training.grad_clip", "must be finite and >= 0"},
+      {[](RunConfig& c) { c.training.learning_rate = INFINITY; }, "training.learning_rate", "must be finite and > 0"},
+      {[](RunConfig& c) { c.training.grad_clip = INFINITY; }, "training.grad_clip", "must be finite and >= 0"},
       {[](RunConfig& c) { c.training.device = "tpu"; }, "training.device", "must be \"auto\", \"cpu\" or \"cuda\""},
       {[](RunConfig& c) { c.model.vocab_size = 100; c.training.data = "x.txt"; }, "model.vocab_size", "byte-level text needs vocab_size >= 256"},
       {[](RunConfig& c) { c.model.vocab_size = 1; }, "model.vocab_size", "synthetic tokens are drawn from [1, vocab_size)"},

@@ -33,7 +33,9 @@ TEST(AdamWGpu, MatchesTorchAdamWOverManySteps) {
       EXPECT_LT(r.max_param_rel, 1e-5) << "weight_decay " << weight_decay << ", clip " << clip;
       EXPECT_LT(r.max_moment_rel, 1e-5) << "weight_decay " << weight_decay << ", clip " << clip;
       EXPECT_EQ(r.state[ops::kAdamWStep].item<float>(), 40.0f);
-      if (clip > 0) EXPECT_LT(r.state[ops::kAdamWClipScale].item<float>(), 1.0f) << "clipping never engaged";
+      if (clip > 0) {
+        EXPECT_LT(r.state[ops::kAdamWClipScale].item<float>(), 1.0f) << "clipping never engaged";
+      }
     }
   }
 }

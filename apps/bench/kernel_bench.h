@@ -1,6 +1,6 @@
 // The kernel benchmark: every implementation in the catalog (models/stage.h) of each component family,
-// timed side by side at the workshop and medium model shapes, forward and forward + backward, in fp32 and
-// bf16. A new catalog entry is benchmarked without touching this file.
+// timed side by side at the workshop and medium model shapes (and, asked for, long sequences), forward and
+// forward + backward, in fp32 and bf16. A new catalog entry is benchmarked without touching this file.
 //
 // Method (llm.c dev/cuda style):
 //  * GPU time between two events recorded on the current stream, per repeat; warm-up runs excluded;
@@ -27,7 +27,8 @@ struct BenchShape {
   int64_t tokens() const { return batch * seq; }
   int64_t head_dim() const { return hidden / heads; }
 };
-const std::vector<BenchShape>& shapes();  // workshop, medium
+// workshop, medium (the default), and long sequences for attention: long-context, d128-s1024, d128-s4096.
+const std::vector<BenchShape>& shapes();
 // The benchmarked families, in order, named after the ops: rms_norm, rope, attention, swiglu and
 // cross_entropy (one per catalog component), plus sdpa_gqa (the measurement behind the SDPA entry's fp32
 // GQA rule) and adamw (the optimizer step over one layer's and the embedding's parameters).

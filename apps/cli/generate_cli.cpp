@@ -22,8 +22,11 @@ namespace {
 
 constexpr int64_t kByteVocab = 256;
 
-// A bad flag or value: the user fixes the command line (exit code 2).
-using UsageError = ConfigError;
+// A bad flag or value: the user fixes the command line (exit code 2). Distinct from ConfigError, which a
+// checkpoint with a malformed embedded config also throws (exit code 1: the checkpoint cannot be read).
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 cxxopts::Options make_options() {
   cxxopts::Options o("generate",
@@ -55,7 +58,14 @@ cxxopts::Options make_options() {
 
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   auto options = make_options();
-  const cxxopts::ParseResult r = parse_flags(options, args);
+  cxxopts::ParseResult r;
+  Precision precision = Precision::kFp32;
+  try {
+    r = parse_flags(options, args);
+    if (!r.count("help")) precision = parse_precision(r["dtype"].as<std::string>(), "--dtype");
+  } catch (const ConfigError& e) {
+    throw UsageError(e.what());
+  }
   if (r.count("help")) {
     out << options.help() << std::endl;
     return 0;
@@ -65,7 +75,6 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   if (!r.count("prompt")) throw UsageError("--prompt TEXT is required (see --help)");
   const auto checkpoint_path = r["checkpoint"].as<std::string>();
   const auto prompt_text = r["prompt"].as<std::string>();
-  const Precision precision = parse_precision(r["dtype"].as<std::string>(), "--dtype");
   const auto device_name = r["device"].as<std::string>();
   GenerationOptions g;
   g.max_new_tokens = r["max-new-tokens"].as<int64_t>();

@@ -51,8 +51,8 @@ int kernel_bench_main(const std::vector<std::string>& args, std::ostream& out, s
                         "Times every implementation of each component (forward, forward+backward) side by side.");
   spec.add_options()("kernels", "Comma-separated families: " + join(bench::families()),
                      cxxopts::value<std::string>()->default_value(join(bench::families())))(
-      "shapes", "Comma-separated shapes: " + join(shape_names()),
-      cxxopts::value<std::string>()->default_value(join(shape_names())))(
+      "shapes", "Comma-separated shapes: " + join(shape_names()) + " (the last three are long sequences for attention)",
+      cxxopts::value<std::string>()->default_value("workshop, medium"))(
       "dtypes", "Comma-separated activation dtypes: " + join(bench::dtypes()),
       cxxopts::value<std::string>()->default_value(join(bench::dtypes())))(
       "warmup", "Untimed runs before each measurement",

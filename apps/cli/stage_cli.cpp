@@ -170,6 +170,7 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
       return 2;
     }
     spec.step = StepKind::kEager;
+    spec.summary += "; this run: --no-graph, the same kernels launched eagerly";
   }
   if (parsed.help) {
     std::cout << parsed.help_text << std::endl;
@@ -200,6 +201,17 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
   }
 
   torch::Device device = torch::kCPU;
+  // Checked here as well as in Trainer, so that the run stops before any file is read or GPU memory taken.
+  try {
+    if (spec.step == StepKind::kGraph && !options.eval_only && config.training.warmup_steps < kGraphWarmupSteps &&
+        resolve_device(config.training.device).is_cuda())
+      throw ConfigError("config: field \"training.warmup_steps\" = " + std::to_string(config.training.warmup_steps) +
+                        " is not allowed for " + spec.name + ", which captures its step as a graph during the " +
+                        "warm-up: it needs at least " + std::to_string(kGraphWarmupSteps) + " (or run it with --no-graph)");
+  } catch (const std::exception& e) {
+    std::cerr << spec.name << ": error: " << error_message(e) << std::endl;
+    return 2;
+  }
   try {
     std::optional<EvalData> eval_data;
     if (!options.eval_data.empty()) eval_data = load_eval_data(options.eval_data, config.training.seq_len);

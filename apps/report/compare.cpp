@@ -169,6 +169,12 @@ std::string reference_line(const Comparison& c) {
          "; speedup, mem. reduction and Δ loss are relative to it";
 }
 
+std::string memory_line(const Comparison& c) {
+  return "peak MB here is summary." + c.memory_field +
+         " for every stage: a result replayed its step as a graph, whose activations live in the graph's pool, "
+         "which the allocated figure leaves out";
+}
+
 constexpr const char* kColumnNotes =
     "median ms: median step time over the measured steps, [p10–p90] its spread; peak MB: peak allocated GPU memory "
     "(\"-\" on the CPU); MFU: achieved / peak dense FLOP/s; kernels/step: from a --profile run (\"-\" without one)";
@@ -251,10 +257,19 @@ Comparison build_comparison(const std::vector<Result>& results, std::optional<si
     c.reference_reason = v1 == results.end() ? std::string("the first file (no ") + kReferenceStage + " result given)"
                                              : std::string("the ") + kReferenceStage + " result";
   }
+  for (const auto& r : results) {
+    const auto* step = find(r.json, "stage.components.step");
+    if (step && step->is_string() && step->get<std::string>().find("graph") != std::string::npos)
+      c.memory_field = "peak_reserved_mb";
+  }
   const nlohmann::json& ref = results[c.reference].json;
   const double ref_median = ref["summary"]["step_ms"]["median"];
-  const double ref_peak = ref["summary"]["peak_allocated_mb"];
-  const double ref_loss = ref["summary"]["final_loss"];
+  const double ref_peak = ref["summary"][c.memory_field];
+  // A diverged run's loss is NaN or inf, which the file holds as null.
+  const auto loss_of = [](const nlohmann::json& summary) {
+    return summary["final_loss"].is_number() ? summary["final_loss"].get<double>() : std::nan("");
+  };
+  const double ref_loss = loss_of(ref["summary"]);
   for (size_t i = 0; i < results.size(); ++i) {
     const nlohmann::json& j = results[i].json;
     const nlohmann::json& s = j["summary"];
@@ -268,12 +283,12 @@ Comparison build_comparison(const std::vector<Result>& results, std::optional<si
     row.samples_per_s = s["samples_per_s"];
     row.tokens_per_s = s["tokens_per_s"];
     row.speedup = row.median_ms > 0 ? ref_median / row.median_ms : 0;
-    row.peak_mb = s["peak_allocated_mb"];
+    row.peak_mb = s[c.memory_field];
     if (ref_peak > 0) row.peak_reduction = 1.0 - row.peak_mb / ref_peak;
     row.tflops = s["achieved_tflops"];
     row.mfu = number_at(j, "summary.mfu");
     row.kernels_per_step = number_at(j, "profile.kernels_per_step");
-    row.final_loss = s["final_loss"];
+    row.final_loss = loss_of(s);
     row.loss_delta = row.final_loss - ref_loss;
     row.reference = i == c.reference;
     c.rows.push_back(std::move(row));
@@ -303,6 +318,7 @@ std::string format_table(const Comparison& c) {
     out += "\n";
   }
   out += reference_line(c) + "\n";
+  if (c.memory_field != "peak_allocated_mb") out += memory_line(c) + "\n";
   if (!c.mismatches.empty())
     out += "WARNING: these results are not comparable (" + std::to_string(c.mismatches.size()) +
            " differing fields, see above); the ratios compare different work\n";
@@ -331,6 +347,7 @@ std::string to_markdown(const Comparison& c) {
     out += "\n";
   }
   out += "\n" + reference_line(c) + ".\n\n" + std::string(kColumnNotes) + ".\n";
+  if (c.memory_field != "peak_allocated_mb") out += memory_line(c) + ".\n";
   if (!c.mfu_note.empty()) out += "MFU basis: " + c.mfu_note + ".\n";
   if (!c.notes.empty()) {
     out += "\nNotes (differences that do not stop the comparison):\n\n";
@@ -342,9 +359,8 @@ std::string to_markdown(const Comparison& c) {
 }
 
 std::string to_csv(const Comparison& c) {
-  std::string out =
-      "label,stage,file,median_ms,p10_ms,p90_ms,samples_per_s,tokens_per_s,speedup,peak_allocated_mb,"
-      "peak_reduction,achieved_tflops,mfu,kernels_per_step,final_loss,final_loss_delta,reference\n";
+  std::string out = "label,stage,file,median_ms,p10_ms,p90_ms,samples_per_s,tokens_per_s,speedup," + c.memory_field +
+                    ",peak_reduction,achieved_tflops,mfu,kernels_per_step,final_loss,final_loss_delta,reference\n";
   auto opt = [](const std::optional<double>& v) { return v ? strprintf("%.6g", *v) : std::string(); };
   for (const auto& r : c.rows) {
     out += csv_field(r.label) + "," + csv_field(r.stage) + "," + csv_field(r.path) + "," + strprintf("%.6g", r.median_ms) +
@@ -435,7 +451,9 @@ std::string to_svg(const Comparison& c) {
                (*r.peak_reduction >= 0 ? " less)" : " more)");
     peak_labels.push_back(label);
   }
-  bars("Peak allocated GPU memory (MB, lower is better)", "caching-allocator peak over the measured steps", peaks,
+  bars(c.memory_field == "peak_allocated_mb" ? "Peak allocated GPU memory (MB, lower is better)"
+                                             : "Peak reserved GPU memory (MB, lower is better)",
+       "caching-allocator peak over the measured steps", peaks,
        peak_labels, linear(*std::max_element(peaks.begin(), peaks.end())));
   y += panel_height + kPanelGap;
 

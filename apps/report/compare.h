@@ -46,7 +46,7 @@ struct Row {
   double median_ms = 0, p10_ms = 0, p90_ms = 0;
   double samples_per_s = 0, tokens_per_s = 0;
   double speedup = 1;                    // reference median step time / this one
-  double peak_mb = 0;                    // peak allocated; 0 on the CPU (not measured)
+  double peak_mb = 0;                    // Comparison::memory_field; 0 on the CPU (not measured)
   std::optional<double> peak_reduction;  // 1 - peak / reference peak; none when the reference has no peak
   double tflops = 0;
   std::optional<double> mfu;
@@ -63,6 +63,10 @@ struct Comparison {
   std::string config_name, dtype, device_name;
   std::optional<double> peak_tflops;  // the reference's summary.peak_tflops
   std::string mfu_note;
+  // The summary field the "peak MB" column shows: peak_allocated_mb, or peak_reserved_mb for every row when a
+  // result replayed its step as a graph (its activations live in the graph's pool, which only the reserved
+  // figure counts), so that the column compares like with like.
+  std::string memory_field = "peak_allocated_mb";
   std::vector<Difference> mismatches, notes;
 };
 

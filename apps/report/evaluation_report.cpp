@@ -5,6 +5,7 @@
 
 #include "apps/report/json_check.h"
 #include "apps/report/system_info.h"
+#include "apps/train/device.h"
 #include "apps/train/format.h"
 #include "models/checkpoint.h"
 
@@ -66,6 +67,7 @@ nlohmann::json evaluate_checkpoint(const StageSpec& spec, const RunConfig& confi
   }
   model->to(device);
   const TrainConfig& t = config.training;
+  set_allow_tf32(t.allow_tf32);
   const EvalResult r = evaluate(model, data.tokens, t.seq_len, t.batch_size, device, t.dtype);
   log << "[" << spec.name << "] eval of '" << checkpoint << "' (" << ck.stage << ", step " << ck.step << ") on '"
       << data.path << "' | " << to_string(t.dtype) << " | device " << device.str() << " | " << r.windows

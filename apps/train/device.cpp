@@ -1,5 +1,6 @@
 #include "apps/train/device.h"
 
+#include <ATen/Context.h>
 #include <ATen/DeviceAccelerator.h>
 #include <ATen/autocast_mode.h>
 
@@ -60,6 +61,12 @@ MemoryStats peak_memory(const torch::Device& device) {
 int64_t total_device_memory(const torch::Device& device) {
   if (!device.is_cuda()) return 0;
   return static_cast<int64_t>(at::accelerator::getMemoryInfo(device.index()).second);
+}
+
+void set_allow_tf32(bool allow) {
+  const auto precision = allow ? at::Float32Precision::TF32 : at::Float32Precision::IEEE;
+  at::globalContext().setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL, precision);
+  at::globalContext().setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::CONV, precision);
 }
 
 int64_t device_memory_in_use(const torch::Device& device) {

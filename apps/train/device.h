@@ -43,6 +43,10 @@ int64_t total_device_memory(const torch::Device& device);  // 0 on the CPU
 // this process (and of any other on the same GPU). 0 on the CPU.
 int64_t device_memory_in_use(const torch::Device& device);
 
+// TF32 for fp32 matmuls and convolutions is process-wide state in LibTorch; every trainer (and --eval-only)
+// sets it from its own config, so one run (or test) never inherits another's.
+void set_allow_tf32(bool allow);
+
 // bf16 autocast for the forward pass under Precision::kBf16 (the workshop's --use-amp), fp32 master
 // weights; nothing under kFp32.
 class AutocastScope {

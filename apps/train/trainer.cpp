@@ -1,7 +1,5 @@
 #include "apps/train/trainer.h"
 
-#include <ATen/Context.h>
-
 #include "apps/train/graph_step.h"
 #include "models/checkpoint.h"
 
@@ -15,14 +13,6 @@ Transformer build_model(const StageSpec& spec, const RunConfig& config, const to
   model->to(device);
   if (spec.compute_copies && config.training.dtype == Precision::kBf16) model->enable_compute_copies(torch::kBFloat16);
   return model;
-}
-
-// TF32 for fp32 matmuls and convolutions is process-wide state in LibTorch; every trainer sets it to its
-// own config, so one run (or test) never inherits another's.
-void set_tf32(bool allow) {
-  const auto precision = allow ? at::Float32Precision::TF32 : at::Float32Precision::IEEE;
-  at::globalContext().setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL, precision);
-  at::globalContext().setFloat32Precision(at::Float32Backend::CUDA, at::Float32Op::CONV, precision);
 }
 
 size_t parameter_index(const Optimizer& optimizer, const torch::Tensor& parameter) {
@@ -41,12 +31,17 @@ Trainer::Trainer(const StageSpec& spec, const RunConfig& config, const torch::De
       model_(build_model(spec, config, device)),
       optimizer_(make_optimizer(spec.optimizer, model_, AdamWOptions::from(config.training))),
       eager_(model_, *optimizer_, config.training.dtype) {
-  set_tf32(config.training.allow_tf32);
+  set_allow_tf32(config.training.allow_tf32);
   if (spec.step != StepKind::kGraph || !device.is_cuda()) return;
+  // A replay repeats the captured kernel arguments: an optimizer that counts steps on the host (for bias
+  // correction, or for checkpoints) would freeze its count at the capture.
+  TORCH_CHECK(spec.optimizer == OptimizerKind::kOurAdamW, "stage ", spec.name,
+              " captures its step as a graph, which needs an optimizer that counts its steps on the device (",
+              implementation(OptimizerKind::kOurAdamW).name, "); it chose ", implementation(spec.optimizer).name);
   if (config.training.warmup_steps < kGraphWarmupSteps)
     throw ConfigError("config: field \"training.warmup_steps\" = " + std::to_string(config.training.warmup_steps) +
-                      " is not allowed for " + spec.name + ", which captures its step as a graph during the warm-up: " +
-                      "it needs at least " + std::to_string(kGraphWarmupSteps) + " (or run it with --no-graph)");
+                      " is not allowed for " + spec.name + ", which captures its step as a graph during the " +
+                      "warm-up: it needs at least " + std::to_string(kGraphWarmupSteps) + " (or run it with --no-graph)");
   // The last warm-up step captures, so no measured step contains the capture.
   graphed_ = std::make_unique<GraphedStep>(eager_, config.training.warmup_steps - 1);
 }

@@ -50,6 +50,7 @@ void check_inputs(const std::vector<AdamWParam>& params, const torch::Tensor& st
     if (p.grad.defined()) {
       TORCH_CHECK(p.grad.scalar_type() == torch::kFloat32, "tt::ops::adamw_step: parameter ", i,
                   ": grad must be fp32 like its master, got ", p.grad.scalar_type());
+      TORCH_CHECK(p.grad.is_contiguous(), "tt::ops::adamw_step: parameter ", i, ": grad must be contiguous");
       check_same_shape(i, "grad", p.grad, p.master);
     }
     TORCH_CHECK(!p.copy_grad.defined() || p.copy.defined(), "tt::ops::adamw_step: parameter ", i,
@@ -67,6 +68,7 @@ void check_inputs(const std::vector<AdamWParam>& params, const torch::Tensor& st
     if (p.copy_grad.defined()) {
       TORCH_CHECK(p.copy_grad.scalar_type() == p.copy.scalar_type(), "tt::ops::adamw_step: parameter ", i,
                   ": copy_grad has dtype ", p.copy_grad.scalar_type(), " but the copy has ", p.copy.scalar_type());
+      TORCH_CHECK(p.copy_grad.is_contiguous(), "tt::ops::adamw_step: parameter ", i, ": copy_grad must be contiguous");
       check_same_shape(i, "copy_grad", p.copy_grad, p.master);
     }
   }
@@ -89,6 +91,7 @@ void step_aten(const std::vector<AdamWParam>& params, const torch::Tensor& state
   for (const auto& p : params) grads.push_back(gradient_of(p).contiguous());
   auto s = state.accessor<float, 1>();
   float clip_scale = 1.0f;
+  s[kAdamWGradNorm] = 0.0f;  // as on the GPU: the norm is computed only for clipping
   if (h.max_grad_norm > 0) {
     float sum = 0.0f;
     for (const auto& g : grads) sum += g.pow(2).sum().item<float>();
