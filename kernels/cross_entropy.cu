@@ -100,6 +100,7 @@ __global__ void cross_entropy_backward_kernel(CrossEntropyBackwardParams params)
     return;
   }
 
+  // Each element is read, then written, by the same thread, so grad_logits may alias logits.
   const float scale = *params.grad_loss / *params.num_valid;
   const float lse = params.lse[row];
   for (int col = threadIdx.x * kVec; col < vocab; col += stride) {
@@ -160,7 +161,7 @@ LaunchStatus cross_entropy_forward(const CrossEntropyForwardParams& params, DTyp
     dispatch_dtype(dtype, [&](auto element) { forward_for_type<decltype(element)>(params, s); });
   }
   // Runs even for zero rows, so the loss is defined (NaN, like an empty mean) rather than left unwritten.
-  cross_entropy_mean_kernel<<<1, kMeanThreads, 0, s>>>(params);
+  if (params.loss) cross_entropy_mean_kernel<<<1, kMeanThreads, 0, s>>>(params);
   return last_launch_status();
 }
 

@@ -14,8 +14,9 @@ struct CrossEntropyForwardParams {
   const int64_t* labels;  // [rows]
   float* lse;             // [rows]: logsumexp of each row, kept for the backward
   float* row_loss;        // [rows] scratch: each row's loss, 0 for ignored rows
-  float* loss;            // [1]: the mean (NaN when every row is ignored, as in LibTorch)
-  float* num_valid;       // [1]: number of rows not ignored, kept for the backward
+  float* loss;            // [1]: the mean (NaN when every row is ignored, as in LibTorch); nullptr: no mean
+                          // (a caller that takes the rows chunk by chunk sums row_loss itself)
+  float* num_valid;       // [1]: number of rows not ignored, kept for the backward; unused without `loss`
   int64_t rows;
   int64_t vocab;
   int64_t ignore_index;
@@ -27,7 +28,7 @@ struct CrossEntropyBackwardParams {
   const float* lse;        // [rows], from the forward
   const float* grad_loss;  // [1]: gradient of the mean loss
   const float* num_valid;  // [1], from the forward
-  void* grad_logits;       // [rows, vocab], contiguous, dtype
+  void* grad_logits;       // [rows, vocab], contiguous, dtype; may be `logits` itself (computed in place)
   int64_t rows;
   int64_t vocab;
   int64_t ignore_index;

@@ -15,46 +15,63 @@ namespace {
 // the partial-sum scratch (num_partials * hidden * 4 bytes) small next to the activations (2 MB at
 // hidden 512, 8 MB at 2048). The cap was 256: at the long-context shape (8192 rows of 512, 128 threads a
 // block) that left 8 warps per H100 SM, and one backward took 46 us where its 48 MB of traffic need about
-// 16 us; 1024 blocks keep about 30 warps per SM.
+// 16 us; 1024 blocks keep about 30 warps per SM. Below the cap a block takes at least kRowsPerPartial rows:
+// with one row each (the workshop's 1024 rows), the weight-gradient kernel read back a scratch buffer as
+// large as x, 2 MB in 8 blocks at hidden 512, and took 5.2 us of the backward's 9 (H100, bf16 v4 step).
 constexpr int64_t kMaxBackwardPartials = 1024;
+constexpr int64_t kRowsPerPartial = 4;
 
 // =================================================================================================
 // Kernels
 // =================================================================================================
 
-template <typename T, int kVec>
+// T is the residual stream's element type, C the compute dtype (rms_norm.cuh). Both loops of a thread visit
+// the same columns, so the second reads back the residual_out values this thread itself wrote in the first.
+template <typename T, typename C, int kVec>
 __global__ void rms_norm_forward_kernel(RmsNormForwardParams params) {
   const int64_t row = blockIdx.x;
   const int hidden = static_cast<int>(params.hidden);
-  const T* x = static_cast<const T*>(params.x) + row * params.hidden;
-  T* y = static_cast<T*>(params.y) + row * params.hidden;
+  const int64_t offset = row * params.hidden;
+  const T* x = static_cast<const T*>(params.x) + offset;
+  const C* delta = params.delta ? static_cast<const C*>(params.delta) + offset : nullptr;
+  T* residual_out = params.residual_out ? static_cast<T*>(params.residual_out) + offset : nullptr;
+  C* y = static_cast<C*>(params.y) + offset;
   const int stride = blockDim.x * kVec;
 
   float sum_squares = 0.0f;
   for (int col = threadIdx.x * kVec; col < hidden; col += stride) {
-    const Pack<T, kVec> xs = load_pack<kVec>(x + col);
+    Pack<T, kVec> hs = load_pack<kVec>(x + col);
+    if (delta) {
+      // Rounded to T before it is squared: the norm sees exactly the residual stream it stores, as it
+      // would after a separate add kernel.
+      const Pack<C, kVec> ds = load_pack<kVec>(delta + col);
+#pragma unroll
+      for (int v = 0; v < kVec; ++v) hs.values[v] = from_float<T>(to_float(hs.values[v]) + to_float(ds.values[v]));
+      store_pack<kVec>(residual_out + col, hs);
+    }
 #pragma unroll
     for (int v = 0; v < kVec; ++v) {
-      const float value = to_float(xs.values[v]);
+      const float value = to_float(hs.values[v]);
       sum_squares += value * value;
     }
   }
   const float inv_rms = rsqrtf(block_reduce_sum(sum_squares) / static_cast<float>(hidden) + params.eps);
   if (threadIdx.x == 0) params.inv_rms[row] = inv_rms;
 
+  const T* h = delta ? residual_out : x;
   for (int col = threadIdx.x * kVec; col < hidden; col += stride) {
-    const Pack<T, kVec> xs = load_pack<kVec>(x + col);
+    const Pack<T, kVec> hs = load_pack<kVec>(h + col);
     const Pack<float, kVec> ws = load_pack<kVec>(params.weight + col);
-    Pack<T, kVec> ys;
+    Pack<C, kVec> ys;
 #pragma unroll
-    for (int v = 0; v < kVec; ++v) ys.values[v] = from_float<T>(to_float(xs.values[v]) * inv_rms * ws.values[v]);
+    for (int v = 0; v < kVec; ++v) ys.values[v] = from_float<C>(to_float(hs.values[v]) * inv_rms * ws.values[v]);
     store_pack<kVec>(y + col, ys);
   }
 }
 
 // With r = inv_rms and a = grad_y * weight:
-//   grad_x = r * (a - x * r^2 * mean(a * x)),   grad_weight = sum over rows of grad_y * x * r.
-template <typename T, int kVec>
+//   grad_x = r * (a - x * r^2 * mean(a * x)) [+ grad_residual],   grad_weight = sum over rows of grad_y * x * r.
+template <typename T, typename C, int kVec>
 __global__ void rms_norm_backward_kernel(RmsNormBackwardParams params) {
   const int hidden = static_cast<int>(params.hidden);
   const int stride = blockDim.x * kVec;
@@ -63,15 +80,18 @@ __global__ void rms_norm_backward_kernel(RmsNormBackwardParams params) {
   float* partial = params.weight_grad_partial + blockIdx.x * params.hidden;
 
   for (int64_t row = blockIdx.x; row < params.rows; row += gridDim.x) {
-    const T* x = static_cast<const T*>(params.x) + row * params.hidden;
-    const T* grad_y = static_cast<const T*>(params.grad_y) + row * params.hidden;
-    T* grad_x = static_cast<T*>(params.grad_x) + row * params.hidden;
+    const int64_t offset = row * params.hidden;
+    const T* x = static_cast<const T*>(params.x) + offset;
+    const C* grad_y = static_cast<const C*>(params.grad_y) + offset;
+    const T* grad_residual = params.grad_residual ? static_cast<const T*>(params.grad_residual) + offset : nullptr;
+    T* grad_x = static_cast<T*>(params.grad_x) + offset;
+    C* grad_delta = params.grad_delta ? static_cast<C*>(params.grad_delta) + offset : nullptr;
     const float inv_rms = params.inv_rms[row];
 
     float dot = 0.0f;
     for (int col = threadIdx.x * kVec; col < hidden; col += stride) {
       const Pack<T, kVec> xs = load_pack<kVec>(x + col);
-      const Pack<T, kVec> gs = load_pack<kVec>(grad_y + col);
+      const Pack<C, kVec> gs = load_pack<kVec>(grad_y + col);
       const Pack<float, kVec> ws = load_pack<kVec>(params.weight + col);
 #pragma unroll
       for (int v = 0; v < kVec; ++v) dot += to_float(gs.values[v]) * ws.values[v] * to_float(xs.values[v]);
@@ -82,8 +102,10 @@ __global__ void rms_norm_backward_kernel(RmsNormBackwardParams params) {
     const bool first_row = row == blockIdx.x;
     for (int col = threadIdx.x * kVec; col < hidden; col += stride) {
       const Pack<T, kVec> xs = load_pack<kVec>(x + col);
-      const Pack<T, kVec> gs = load_pack<kVec>(grad_y + col);
+      const Pack<C, kVec> gs = load_pack<kVec>(grad_y + col);
       const Pack<float, kVec> ws = load_pack<kVec>(params.weight + col);
+      Pack<T, kVec> rs;
+      if (grad_residual) rs = load_pack<kVec>(grad_residual + col);
       Pack<float, kVec> acc;
       if (first_row) {
 #pragma unroll
@@ -92,25 +114,32 @@ __global__ void rms_norm_backward_kernel(RmsNormBackwardParams params) {
         acc = load_pack<kVec>(partial + col);
       }
       Pack<T, kVec> dxs;
+      Pack<C, kVec> dds;
 #pragma unroll
       for (int v = 0; v < kVec; ++v) {
         const float xv = to_float(xs.values[v]);
         const float gv = to_float(gs.values[v]);
-        dxs.values[v] = from_float<T>(inv_rms * (gv * ws.values[v] - xv * coefficient));
+        // The norm's part is rounded to T before the residual gradient joins it, as autograd's sum of the two
+        // gradients of a separate add would.
+        T dx = from_float<T>(inv_rms * (gv * ws.values[v] - xv * coefficient));
+        if (grad_residual) dx = from_float<T>(to_float(dx) + to_float(rs.values[v]));
+        dxs.values[v] = dx;
+        dds.values[v] = from_float<C>(to_float(dx));
         acc.values[v] += gv * (xv * inv_rms);
       }
       store_pack<kVec>(grad_x + col, dxs);
+      if (grad_delta) store_pack<kVec>(grad_delta + col, dds);
       store_pack<kVec>(partial + col, acc);
     }
   }
 }
 
 // grad_weight[col] = sum over b of partial[b, col], always in the order b = 0, 1, 2, ...
-// A block covers kColumns consecutive columns (coalesced reads of each partial row) with kLanes
+// A block covers kColumns consecutive columns (one 128-byte line of each partial row) with kLanes
 // threads per column; lane l sums partials l, l + kLanes, ..., then lane 0 adds the kLanes results in
 // lane order.
-constexpr int kWeightGradColumns = 64;
-constexpr int kWeightGradLanes = 8;
+constexpr int kWeightGradColumns = 32;
+constexpr int kWeightGradLanes = 16;
 
 __global__ void rms_norm_weight_grad_kernel(const float* partial, int64_t num_partials, int64_t hidden,
                                             float* grad_weight) {
@@ -141,55 +170,84 @@ int row_block_threads(int64_t hidden) {
   return block_threads_for((hidden + kVec - 1) / kVec, 512);
 }
 
-template <typename T, int kVec>
-void launch_forward(const RmsNormForwardParams& params, gpuStream_t stream) {
-  rms_norm_forward_kernel<T, kVec>
-      <<<static_cast<unsigned>(params.rows), row_block_threads<kVec>(params.hidden), 0, stream>>>(params);
+// The pack width is the residual type's (the wider of the two, 16 bytes); the compute-dtype rows then move
+// in packs of as many elements, which must be aligned for that too.
+template <typename T, typename C>
+bool use_wide_rows(int64_t hidden, std::initializer_list<const void*> residual_rows,
+                   std::initializer_list<const void*> compute_rows, std::initializer_list<const float*> fp32_rows) {
+  if (!use_wide<T>(hidden, residual_rows, fp32_rows)) return false;
+  for (const void* p : compute_rows)
+    if (!is_pack_aligned<C, kWideVec<T>>(p)) return false;
+  return true;
 }
 
-template <typename T>
-void forward_for_type(const RmsNormForwardParams& params, gpuStream_t stream) {
-  if (use_wide<T>(params.hidden, {params.x, params.y}, {params.weight})) {
-    launch_forward<T, kWideVec<T>>(params, stream);
+// Calls f(T{}, C{}) for the pairs rms_norm_supports admits; the others are never instantiated.
+template <typename F>
+void dispatch_pair(DType residual, DType compute, F&& f) {
+  dispatch_dtype(residual, [&](auto t) {
+    dispatch_dtype(compute, [&](auto c) {
+      using T = decltype(t);
+      using C = decltype(c);
+      if constexpr (std::is_same_v<T, C> || std::is_same_v<T, float>) f(t, c);
+    });
+  });
+}
+
+template <typename T, typename C>
+void forward_for_types(const RmsNormForwardParams& params, gpuStream_t stream) {
+  const bool wide =
+      use_wide_rows<T, C>(params.hidden, {params.x, params.residual_out}, {params.delta, params.y}, {params.weight});
+  auto launch = [&](auto vec) {
+    constexpr int kVec = decltype(vec)::value;
+    rms_norm_forward_kernel<T, C, kVec>
+        <<<static_cast<unsigned>(params.rows), row_block_threads<kVec>(params.hidden), 0, stream>>>(params);
+  };
+  if (wide) {
+    launch(std::integral_constant<int, kWideVec<T>>{});
   } else {
-    launch_forward<T, 1>(params, stream);
+    launch(std::integral_constant<int, 1>{});
   }
 }
 
-template <typename T, int kVec>
-void launch_backward(const RmsNormBackwardParams& params, gpuStream_t stream) {
-  rms_norm_backward_kernel<T, kVec>
-      <<<static_cast<unsigned>(params.num_partials), row_block_threads<kVec>(params.hidden), 0, stream>>>(params);
-}
-
-template <typename T>
-void backward_for_type(const RmsNormBackwardParams& params, gpuStream_t stream) {
-  if (use_wide<T>(params.hidden, {params.x, params.grad_y, params.grad_x},
-                  {params.weight, params.weight_grad_partial})) {
-    launch_backward<T, kWideVec<T>>(params, stream);
+template <typename T, typename C>
+void backward_for_types(const RmsNormBackwardParams& params, gpuStream_t stream) {
+  const bool wide = use_wide_rows<T, C>(params.hidden, {params.x, params.grad_residual, params.grad_x},
+                                        {params.grad_y, params.grad_delta}, {params.weight, params.weight_grad_partial});
+  auto launch = [&](auto vec) {
+    constexpr int kVec = decltype(vec)::value;
+    rms_norm_backward_kernel<T, C, kVec>
+        <<<static_cast<unsigned>(params.num_partials), row_block_threads<kVec>(params.hidden), 0, stream>>>(params);
+  };
+  if (wide) {
+    launch(std::integral_constant<int, kWideVec<T>>{});
   } else {
-    launch_backward<T, 1>(params, stream);
+    launch(std::integral_constant<int, 1>{});
   }
 }
 
 }  // namespace
 
-LaunchStatus rms_norm_forward(const RmsNormForwardParams& params, DType dtype, void* stream) {
+bool rms_norm_supports(DType residual, DType compute) {
+  return residual == compute || residual == DType::kFloat32;
+}
+
+LaunchStatus rms_norm_forward(const RmsNormForwardParams& params, DType residual, DType compute, void* stream) {
   if (params.rows == 0) return {};
   const gpuStream_t s = to_stream(stream);
-  dispatch_dtype(dtype, [&](auto element) { forward_for_type<decltype(element)>(params, s); });
+  dispatch_pair(residual, compute, [&](auto t, auto c) { forward_for_types<decltype(t), decltype(c)>(params, s); });
   return last_launch_status();
 }
 
 int64_t rms_norm_backward_num_partials(int64_t rows) {
-  return rows < kMaxBackwardPartials ? rows : kMaxBackwardPartials;
+  const int64_t blocks = (rows + kRowsPerPartial - 1) / kRowsPerPartial;
+  return blocks < kMaxBackwardPartials ? blocks : kMaxBackwardPartials;
 }
 
-LaunchStatus rms_norm_backward(const RmsNormBackwardParams& params, DType dtype, void* stream) {
+LaunchStatus rms_norm_backward(const RmsNormBackwardParams& params, DType residual, DType compute, void* stream) {
   // Empty input: nothing to launch (the op layer returns a zero weight gradient for it).
   if (params.rows == 0) return {};
   const gpuStream_t s = to_stream(stream);
-  dispatch_dtype(dtype, [&](auto element) { backward_for_type<decltype(element)>(params, s); });
+  dispatch_pair(residual, compute, [&](auto t, auto c) { backward_for_types<decltype(t), decltype(c)>(params, s); });
   const dim3 block(kWeightGradColumns, kWeightGradLanes);
   const dim3 grid(static_cast<unsigned>((params.hidden + kWeightGradColumns - 1) / kWeightGradColumns));
   rms_norm_weight_grad_kernel<<<grid, block, 0, s>>>(params.weight_grad_partial, params.num_partials, params.hidden,

@@ -23,8 +23,10 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps, NormKind kind) : eps_(eps), ki
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  return implementation(kind_).fn(x, weight, eps_);
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return forward(x, torch::Tensor()).normalized; }
+
+ResidualNorm RMSNormImpl::forward(const torch::Tensor& residual, const torch::Tensor& delta) {
+  return implementation(kind_).fn(residual, delta, weight, eps_);
 }
 
 // ---- RoPE ---------------------------------------------------------------------------------------
@@ -147,9 +149,11 @@ BlockImpl::BlockImpl(const ModelConfig& c, const StageSpec& spec) {
   mlp = register_module("mlp", MLP(c, spec));
 }
 
-torch::Tensor BlockImpl::forward(const torch::Tensor& x, Rotary& rotary, KVCache* cache) {
-  auto h = x + self_attn->forward(input_layernorm->forward(x), rotary, cache);
-  return h + mlp->forward(post_attention_layernorm->forward(h));
+ResidualStream BlockImpl::forward(const ResidualStream& stream, Rotary& rotary, KVCache* cache) {
+  const auto x = input_layernorm->forward(stream.residual, stream.delta);
+  const auto attention = self_attn->forward(x.normalized, rotary, cache);
+  const auto h = post_attention_layernorm->forward(x.residual, attention);
+  return {h.residual, mlp->forward(h.normalized)};
 }
 
 }  // namespace tt

@@ -36,6 +36,8 @@ class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps, NormKind kind);
   torch::Tensor forward(const torch::Tensor& x);
+  // The residual add before the norm, then the norm (fused into one kernel by kinds that can): see NormFn.
+  ResidualNorm forward(const torch::Tensor& residual, const torch::Tensor& delta);
   torch::Tensor weight;
 
  private:
@@ -87,10 +89,19 @@ class MLPImpl : public torch::nn::Module {
 };
 TORCH_MODULE(MLP);
 
+// The residual stream between blocks: residual + delta, the last sub-layer's output not yet added, so that
+// the add can run inside the norm that reads the sum (a stage's norm kind decides whether it does). The
+// first block gets the embeddings with no delta.
+struct ResidualStream {
+  torch::Tensor residual;
+  torch::Tensor delta;  // undefined: nothing pending
+};
+
 class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(const ModelConfig& config, const StageSpec& spec);
-  torch::Tensor forward(const torch::Tensor& x, Rotary& rotary, KVCache* cache = nullptr);
+  // x = residual + delta;  h = x + attention(norm(x));  returns h + mlp(norm(h)) as {h, mlp(...)}.
+  ResidualStream forward(const ResidualStream& stream, Rotary& rotary, KVCache* cache = nullptr);
 
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};

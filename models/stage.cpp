@@ -1,5 +1,7 @@
 #include "models/stage.h"
 
+#include <ATen/autocast_mode.h>
+
 #include "kernels/ops/cross_entropy.h"
 #include "kernels/ops/flash_attention.h"
 #include "kernels/ops/rms_norm.h"
@@ -46,7 +48,10 @@ StageSpec v3_custom() {
 }
 
 // v3 with the host out of the step: the whole step as one graph, our multi-tensor AdamW, and (bf16) the
-// weight copies written by the optimizer instead of autocast's casts. Attention goes back to SDPA: our flash
+// weight copies written by the optimizer instead of autocast's casts. Each residual add runs inside the
+// RMSNorm kernel after it, which also writes the next GEMM's bf16 input: per layer that removes the two add
+// kernels and two casts of the forward, and the adds and casts of their gradients in the backward. The loss
+// takes large logits in chunks (fused_linear_loss), so they never exist whole. Attention goes back to SDPA: our flash
 // kernel is slower than cuDNN's wherever v4 trains in bf16 (kernel_bench, H100, forward + backward per layer:
 // workshop 70 us against 60, medium 480 against 127, long-context 3.0 ms against 0.40), and slower than the
 // memory-efficient kernel in fp32 beyond the workshop's 128 positions.
@@ -54,7 +59,10 @@ StageSpec v4_ultra() {
   StageSpec spec = v3_custom();
   spec.name = "v4_ultra";
   spec.summary =
-      "v3 as one CUDA/HIP graph per step, with our multi-tensor AdamW writing bf16 weight copies, and SDPA for attention";
+      "v3 as one CUDA/HIP graph per step, with our multi-tensor AdamW writing bf16 weight copies, residual adds fused "
+      "into our RMSNorm kernel, the loss in chunks of the logits, and SDPA for attention";
+  spec.norm = NormKind::kOurFusedResidual;
+  spec.loss = LossKind::kOurFusedLinear;
   spec.attention = AttentionKind::kSdpa;
   spec.optimizer = OptimizerKind::kOurAdamW;
   spec.compute_copies = true;
@@ -85,6 +93,26 @@ namespace {
 
 torch::Tensor aten_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   return at::rms_norm(x, {weight.size(0)}, weight, eps);
+}
+
+// The norm kinds that run the residual add as an op of its own.
+template <torch::Tensor (*Norm)(const torch::Tensor&, const torch::Tensor&, double)>
+ResidualNorm add_then_norm(const torch::Tensor& residual, const torch::Tensor& delta, const torch::Tensor& weight,
+                           double eps) {
+  auto h = delta.defined() ? residual + delta : residual;
+  return {h, Norm(h, weight, eps)};
+}
+
+// The fused kind writes the normalised output in the dtype the next GEMM reads: autocast's, when autocast
+// would cast the fp32 residual stream there anyway (the rounding is the same as that cast's).
+ResidualNorm fused_add_norm(const torch::Tensor& residual, const torch::Tensor& delta, const torch::Tensor& weight,
+                            double eps) {
+  const auto device_type = residual.device().type();
+  const auto out_dtype = at::autocast::is_autocast_enabled(device_type) && residual.scalar_type() == torch::kFloat32
+                             ? at::autocast::get_autocast_dtype(device_type)
+                             : residual.scalar_type();
+  auto out = ops::add_rms_norm(residual, delta, weight, eps, out_dtype);
+  return {out.residual, out.normalized};
 }
 
 // Both elementwise RoPE kinds rotate the same way; they differ in where the tables come from
@@ -150,6 +178,32 @@ nlohmann::json sdpa_backend(const AttentionShape& s, Precision precision, const 
                               : (s.kv_heads != s.heads ? "native enable_gqa" : "no GQA")}};
 }
 
+// The loss kinds that take the logits: the head's GEMM (under autocast, as any projection), then the loss.
+template <torch::Tensor (*Loss)(const torch::Tensor&, const torch::Tensor&, int64_t)>
+torch::Tensor head_then_loss(const torch::Tensor& hidden, const torch::Tensor& head_weight, const torch::Tensor& labels,
+                             int64_t ignore_index) {
+  return Loss(torch::nn::functional::linear(hidden, head_weight), labels, ignore_index);
+}
+
+// Logits beyond this size are taken in chunks of at most this many bytes. Below it, chunking saves no memory
+// and costs kernels (the gradients' scaling, the count of valid rows, the sum of row losses: six per step),
+// so the op is the head's GEMM and our loss kernels as in v3. Medium config: 2,048 rows x 32,000 bf16 logits
+// = 125 MiB, two chunks; workshop and long-context (vocab 1,000): one GEMM.
+constexpr int64_t kLogitsChunkBytes = int64_t{64} << 20;
+
+torch::Tensor fused_linear_loss(const torch::Tensor& hidden, const torch::Tensor& head_weight,
+                                const torch::Tensor& labels, int64_t ignore_index) {
+  const auto device_type = hidden.device().type();
+  // The dtype the head's GEMM would run in under autocast.
+  const auto dtype = at::autocast::is_autocast_enabled(device_type) && hidden.scalar_type() == torch::kFloat32
+                         ? at::autocast::get_autocast_dtype(device_type)
+                         : hidden.scalar_type();
+  const int64_t row_bytes = head_weight.size(0) * static_cast<int64_t>(c10::elementSize(dtype));
+  if (hidden.size(0) * row_bytes <= kLogitsChunkBytes) return head_then_loss<ops::cross_entropy>(hidden, head_weight, labels, ignore_index);
+  return ops::linear_cross_entropy(hidden.to(dtype), head_weight.to(dtype), labels, ignore_index,
+                                   std::max<int64_t>(1, kLogitsChunkBytes / row_bytes));
+}
+
 torch::Tensor reference_swiglu(const torch::Tensor& gate_up) {
   const int64_t f = gate_up.size(-1) / 2;
   return reference::swiglu(gate_up.narrow(-1, 0, f), gate_up.narrow(-1, f, f));
@@ -168,9 +222,14 @@ const Entry& find_entry(const std::vector<Entry>& entries, Kind kind, const char
 
 const std::vector<Implementation<NormKind, NormFn>>& norm_implementations() {
   static const std::vector<Implementation<NormKind, NormFn>> list = {
-      {NormKind::kReference, "reference", "reference (pow, mean, rsqrt, mul)", reference::rms_norm},
-      {NormKind::kAtenFused, "at::rms_norm", "at::rms_norm (fused)", aten_rms_norm},
-      {NormKind::kOurKernel, "tt::ops::rms_norm", "our kernel (tt::ops::rms_norm)", ops::rms_norm},
+      {NormKind::kReference, "reference", "residual add, then reference RMSNorm (pow, mean, rsqrt, mul)",
+       add_then_norm<reference::rms_norm>},
+      {NormKind::kAtenFused, "at::rms_norm", "residual add, then at::rms_norm (fused)", add_then_norm<aten_rms_norm>},
+      {NormKind::kOurKernel, "tt::ops::rms_norm", "residual add, then our kernel (tt::ops::rms_norm)",
+       add_then_norm<ops::rms_norm>},
+      {NormKind::kOurFusedResidual, "tt::ops::add_rms_norm",
+       "our kernel with the residual add fused in (tt::ops::add_rms_norm), writing the next GEMM's input dtype",
+       fused_add_norm},
   };
   return list;
 }
@@ -209,9 +268,14 @@ const std::vector<Implementation<ActivationKind, ActivationFn>>& activation_impl
 
 const std::vector<Implementation<LossKind, LossFn>>& loss_implementations() {
   static const std::vector<Implementation<LossKind, LossFn>> list = {
-      {LossKind::kReference, "reference", "reference (cross_entropy on full logits)", reference::cross_entropy},
-      {LossKind::kOurKernel, "tt::ops::cross_entropy", "our fused softmax cross-entropy kernel (tt::ops::cross_entropy)",
-       ops::cross_entropy},
+      {LossKind::kReference, "reference", "head GEMM, then reference cross_entropy on the full logits",
+       head_then_loss<reference::cross_entropy>},
+      {LossKind::kOurKernel, "tt::ops::cross_entropy",
+       "head GEMM, then our fused softmax cross-entropy kernel (tt::ops::cross_entropy)", head_then_loss<ops::cross_entropy>},
+      {LossKind::kOurFusedLinear, "tt::ops::linear_cross_entropy",
+       "head GEMM and our cross-entropy kernels in chunks of rows, never the full logits "
+       "(tt::ops::linear_cross_entropy; one GEMM and our kernel when the logits fit in 64 MiB)",
+       fused_linear_loss},
   };
   return list;
 }

@@ -21,11 +21,13 @@ namespace tt {
 
 // ---- What each component can be ---------------------------------------------------------------------
 
-enum class NormKind { kReference, kAtenFused, kOurKernel };
+// kOurFusedResidual: our kernel with the residual add before the norm done inside it (tt::ops::add_rms_norm).
+enum class NormKind { kReference, kAtenFused, kOurKernel, kOurFusedResidual };
 enum class RopeKind { kReference, kCachedTables, kOurKernel };
 enum class AttentionKind { kMaskedMatmul, kSdpa, kOurFlash };
 enum class ActivationKind { kReference, kOurKernel };
-enum class LossKind { kReference, kOurKernel };
+// kOurFusedLinear: the output head's GEMM and our loss kernels chunk by chunk (tt::ops::linear_cross_entropy).
+enum class LossKind { kReference, kOurKernel, kOurFusedLinear };
 enum class OptimizerKind { kTorchAdamW, kAtenFusedAdamW, kOurAdamW };
 
 // How a training step runs: op by op through LibTorch's autograd, or captured once as a CUDA/HIP graph
@@ -68,8 +70,15 @@ struct AttentionShape {
   int64_t batch, seq, heads, kv_heads, head_dim;
 };
 
-// x [..., H], weight [H] -> normalised x.
-using NormFn = torch::Tensor (*)(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+// The residual add and the norm after it, as pre-norm blocks use them: residual_out = residual + delta
+// (residual itself when delta is undefined), normalized = norm(residual_out) [..., H] with weight [H]. Under
+// autocast, kinds may return `normalized` already in the autocast dtype (the next GEMM's input).
+struct ResidualNorm {
+  torch::Tensor residual;
+  torch::Tensor normalized;
+};
+using NormFn = ResidualNorm (*)(const torch::Tensor& residual, const torch::Tensor& delta, const torch::Tensor& weight,
+                                double eps);
 // q [B, S, Hq, D], k [B, S, Hkv, D], cos/sin fp32 [S, D / 2] -> rotated (q, k).
 using RopeFn = std::pair<torch::Tensor, torch::Tensor> (*)(const torch::Tensor& q, const torch::Tensor& k,
                                                            const torch::Tensor& cos, const torch::Tensor& sin);
@@ -80,8 +89,10 @@ using AttentionBackendFn = nlohmann::json (*)(const AttentionShape& shape, Preci
                                               const torch::Device& device);
 // The fused [gate | up] projection output [..., 2F] -> silu(gate) * up [..., F].
 using ActivationFn = torch::Tensor (*)(const torch::Tensor& gate_up);
-// logits [N, V], labels [N] -> mean cross-entropy over the rows whose label is not ignore_index.
-using LossFn = torch::Tensor (*)(const torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index);
+// The output head and the loss: hidden [N, H], the head's weight [V, H], labels [N] -> mean cross-entropy of
+// the logits hidden @ weight^T over the rows whose label is not ignore_index.
+using LossFn = torch::Tensor (*)(const torch::Tensor& hidden, const torch::Tensor& head_weight,
+                                 const torch::Tensor& labels, int64_t ignore_index);
 
 template <class Kind, class Fn>
 struct Implementation {

@@ -20,26 +20,28 @@ TransformerImpl::TransformerImpl(const ModelConfig& config, const StageSpec& spe
 }
 
 torch::Tensor TransformerImpl::hidden_states(const torch::Tensor& input_ids, std::vector<KVCache>* caches) {
-  auto x = embed_tokens->forward(input_ids);
+  ResidualStream stream{embed_tokens->forward(input_ids), torch::Tensor()};
   for (size_t i = 0; i < layers->size(); ++i) {
     ScopedRange range("layer");
-    x = layers[i]->as<BlockImpl>()->forward(x, rotary_, caches ? &(*caches)[i] : nullptr);
+    stream = layers[i]->as<BlockImpl>()->forward(stream, rotary_, caches ? &(*caches)[i] : nullptr);
   }
-  return norm->forward(x);
+  return norm->forward(stream.residual, stream.delta).normalized;
+}
+
+// Tied: lm_head_weight is the embedding's own weight tensor (same storage, same gradient).
+const torch::Tensor& TransformerImpl::head_weight() const {
+  return head_compute_weight_.defined() ? head_compute_weight_
+                                        : (config_.tie_embeddings ? embed_tokens->weight : lm_head_weight);
 }
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& input_ids, std::vector<KVCache>* caches) {
-  // Tied: lm_head_weight is the embedding's own weight tensor (same storage, same gradient).
-  const auto& head = head_compute_weight_.defined() ? head_compute_weight_
-                                                    : (config_.tie_embeddings ? embed_tokens->weight : lm_head_weight);
-  return torch::nn::functional::linear(hidden_states(input_ids, caches), head);
+  return torch::nn::functional::linear(hidden_states(input_ids, caches), head_weight());
 }
 
 torch::Tensor TransformerImpl::loss(const torch::Tensor& input_ids, const torch::Tensor& labels) {
-  auto logits = forward(input_ids);
-  auto flat_logits = logits.view({-1, config_.vocab_size});
-  auto flat_labels = labels.reshape({-1});
-  return implementation(spec_.loss).fn(flat_logits, flat_labels, reference::kIgnoreIndex);
+  auto hidden = hidden_states(input_ids, nullptr);
+  return implementation(spec_.loss)
+      .fn(hidden.view({-1, config_.hidden_dim}), head_weight(), labels.reshape({-1}), reference::kIgnoreIndex);
 }
 
 std::vector<CanonicalSlice> TransformerImpl::canonical_layout() const {

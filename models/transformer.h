@@ -73,6 +73,7 @@ class TransformerImpl : public torch::nn::Module {
 
  private:
   torch::Tensor hidden_states(const torch::Tensor& input_ids, std::vector<KVCache>* caches);
+  const torch::Tensor& head_weight() const;
   ModelConfig config_;
   StageSpec spec_;
   Rotary rotary_{nullptr};

@@ -19,11 +19,39 @@ TEST(RMSNorm, MatchesHandComputedValues) {
   const double eps = 1e-6;
   auto expected = torch::tensor({{3.0 / std::sqrt(12.5 + eps), 8.0 / std::sqrt(12.5 + eps)},
                                  {1.0 / std::sqrt(1.0 + eps), -2.0 / std::sqrt(1.0 + eps)}}, torch::kFloat32);
-  for (NormKind kind : {NormKind::kReference, NormKind::kAtenFused, NormKind::kOurKernel}) {
-    RMSNorm norm(2, eps, kind);
+  for (const auto& entry : norm_implementations()) {
+    RMSNorm norm(2, eps, entry.kind);
     norm->weight.data().copy_(w);
-    EXPECT_LT(rel_error(norm->forward(x), expected), 1e-6) << implementation(kind).name;
+    EXPECT_LT(rel_error(norm->forward(x), expected), 1e-6) << entry.name;
   }
+}
+
+// Every kind adds the pending sub-layer output before it normalises, and returns the sum as the new residual.
+TEST(RMSNorm, EveryKindAddsTheResidualFirst) {
+  torch::manual_seed(3);
+  auto residual = torch::randn({3, 5, 16});
+  auto delta = torch::randn({3, 5, 16});
+  auto weight = 1 + 0.1 * torch::randn({16});
+  auto expected = reference::rms_norm(residual + delta, weight, 1e-6);
+  for (const auto& entry : norm_implementations()) {
+    RMSNorm norm(16, 1e-6, entry.kind);
+    norm->weight.data().copy_(weight);
+    auto out = norm->forward(residual, delta);
+    EXPECT_TRUE(torch::equal(out.residual, residual + delta)) << entry.name;
+    EXPECT_LT(rel_error(out.normalized, expected), 1e-6) << entry.name;
+  }
+}
+
+// Every loss kind is the head's GEMM and the mean cross-entropy over the labels that are not ignored.
+TEST(Loss, EveryKindMatchesTheReference) {
+  torch::manual_seed(4);
+  auto hidden = torch::randn({12, 8});
+  auto weight = torch::randn({11, 8});
+  auto labels = torch::randint(11, {12}, torch::kInt64);
+  labels[3] = reference::kIgnoreIndex;
+  auto expected = reference::cross_entropy(torch::mm(hidden, weight.t()), labels, reference::kIgnoreIndex);
+  for (const auto& entry : loss_implementations())
+    EXPECT_LT(rel_error(entry.fn(hidden, weight, labels, reference::kIgnoreIndex), expected), 1e-6) << entry.name;
 }
 
 TEST(RoPE, TablesHaveKnownValuesAndPositionZeroIsIdentity) {

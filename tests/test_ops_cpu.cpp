@@ -26,6 +26,7 @@ using tt::testing::expect_error;
 // ---- helpers ------------------------------------------------------------------------------------
 
 using tt::testing::expect_close;
+using tt::testing::shape_name;
 
 std::vector<torch::Tensor> grads_of(const std::vector<torch::Tensor>& outputs, const std::vector<torch::Tensor>& inputs,
                                     const std::vector<torch::Tensor>& grad_outputs) {
@@ -133,6 +134,89 @@ TEST(OpsCpu, RmsNormRejectsBadInputs) {
   expect_error([&] { tt::ops::rms_norm(x, weight.to(torch::kInt64), 1e-6); }, "weight must be a floating-point");
   expect_error([&] { tt::ops::rms_norm(torch::randn({2, 0}), torch::ones({0}), 1e-6); }, "hidden > 0");
   expect_error([&] { tt::ops::rms_norm(x, weight, -1.0); }, "eps must be finite and >= 0");
+}
+
+// ---- Residual add fused with RMSNorm -------------------------------------------------------------
+
+// The unfused composition the fused op replaces: the add in the residual's dtype, the norm, the cast.
+std::vector<torch::Tensor> add_then_norm_reference(const torch::Tensor& residual, const torch::Tensor& delta,
+                                                   const torch::Tensor& weight, torch::ScalarType out_dtype) {
+  auto h = delta.defined() ? residual + delta : residual;
+  return {h, tt::reference::rms_norm(h, weight, 1e-6).to(out_dtype)};
+}
+
+TEST(OpsCpu, AddRmsNormMatchesAddThenNormWithEveryGradient) {
+  torch::manual_seed(11);
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{1, 1}, {3, 7}, {2, 5, 129}}) {
+    for (const bool with_delta : {true, false}) {
+      const int64_t hidden = shape.back();
+      auto residual = torch::randn(shape).requires_grad_(true);
+      auto delta = torch::randn(shape).requires_grad_(true);
+      auto weight = (1 + 0.1 * torch::randn({hidden})).requires_grad_(true);
+      auto r_ref = residual.detach().clone().requires_grad_(true);
+      auto d_ref = delta.detach().clone().requires_grad_(true);
+      auto w_ref = weight.detach().clone().requires_grad_(true);
+      auto out = tt::ops::add_rms_norm(residual, with_delta ? delta : torch::Tensor(), weight, 1e-6, torch::kFloat32);
+      auto ref = add_then_norm_reference(r_ref, with_delta ? d_ref : torch::Tensor(), w_ref, torch::kFloat32);
+      const std::string what =
+          "add_rms_norm " + shape_name(torch::IntArrayRef(shape)) + (with_delta ? "" : " without delta");
+      expect_close(out.residual, ref[0], 0, 0, what + " residual out");
+      expect_close(out.normalized, ref[1], 1e-6, 1e-7, what + " output");
+      // Both outputs get a gradient: the residual's from the next block, the normalised one's from the GEMM.
+      auto grad_residual = torch::randn(shape), grad_y = torch::randn(shape);
+      std::vector<torch::Tensor> inputs = {residual, weight}, inputs_ref = {r_ref, w_ref};
+      if (with_delta) {
+        inputs.push_back(delta);
+        inputs_ref.push_back(d_ref);
+      }
+      auto grads = grads_of({out.residual, out.normalized}, inputs, {grad_residual, grad_y});
+      auto grads_ref = grads_of(ref, inputs_ref, {grad_residual, grad_y});
+      expect_close(grads[0], grads_ref[0], 1e-5, 1e-6, what + " grad residual");
+      expect_close(grads[1], grads_ref[1], 1e-5, 1e-6, what + " grad weight");
+      if (with_delta) expect_close(grads[2], grads_ref[2], 1e-5, 1e-6, what + " grad delta");
+    }
+  }
+}
+
+TEST(OpsCpu, AddRmsNormMixedPrecisionWritesTheComputeDtype) {
+  torch::manual_seed(12);
+  auto residual = torch::randn({4, 33}).requires_grad_(true);
+  auto delta = torch::randn({4, 33}).to(torch::kBFloat16).requires_grad_(true);
+  auto weight = torch::randn({33}).requires_grad_(true);
+  auto out = tt::ops::add_rms_norm(residual, delta, weight, 1e-6, torch::kBFloat16);
+  EXPECT_EQ(out.residual.scalar_type(), torch::kFloat32) << "the residual stream keeps its dtype";
+  EXPECT_EQ(out.normalized.scalar_type(), torch::kBFloat16) << "the output is in the next GEMM's dtype";
+  auto ref = add_then_norm_reference(residual.detach(), delta.detach(), weight.detach(), torch::kBFloat16);
+  expect_close(out.residual, ref[0], 0, 0, "mixed add_rms_norm residual out");
+  // Rounded once, like autocast's cast of an fp32 output: at most one bf16 step apart from the reference's.
+  expect_close(out.normalized.to(torch::kFloat32), ref[1].to(torch::kFloat32), 1.0 / 128, 1e-6,
+               "mixed add_rms_norm output");
+  auto grads = grads_of({out.residual, out.normalized}, {residual, delta, weight},
+                        {torch::randn({4, 33}), torch::randn({4, 33}).to(torch::kBFloat16)});
+  EXPECT_EQ(grads[1].scalar_type(), torch::kBFloat16) << "delta's gradient comes back in delta's dtype";
+  expect_close(grads[1].to(torch::kFloat32), grads[0].to(torch::kBFloat16).to(torch::kFloat32), 0, 0,
+               "delta's gradient is the residual's, rounded");
+}
+
+TEST(OpsCpu, AddRmsNormGradientsMatchFiniteDifferences) {
+  torch::manual_seed(13);
+  auto fn = [](const std::vector<torch::Tensor>& in) {
+    auto out = tt::ops::add_rms_norm(in[0], in[1], in[2], 1e-5, torch::kFloat64);
+    return std::vector<torch::Tensor>{out.residual, out.normalized};
+  };
+  expect_gradients_match_finite_differences(
+      fn, {torch::randn({2, 3, 5}, f64()), torch::randn({2, 3, 5}, f64()), torch::randn({5}, f64())},
+      {true, true, true}, "add_rms_norm");
+}
+
+TEST(OpsCpu, AddRmsNormRejectsBadInputs) {
+  auto residual = torch::randn({2, 7});
+  auto weight = torch::ones({7});
+  expect_error([&] { tt::ops::add_rms_norm(residual, torch::randn({2, 6}), weight, 1e-6, torch::kFloat32); },
+               "delta must have the residual's shape [2, 7], got [2, 6]");
+  expect_error([&] { tt::ops::add_rms_norm(residual.to(torch::kBFloat16), torch::Tensor(), weight, 1e-6,
+                                           torch::kFloat32); },
+               "out_dtype must be the residual's dtype (BFloat16) or, for a Float residual, BFloat16 or Half; got Float");
 }
 
 // ---- RoPE ---------------------------------------------------------------------------------------
@@ -300,6 +384,50 @@ TEST(OpsCpu, CrossEntropyRejectsBadInputs) {
         tt::ops::cross_entropy(logits, torch::tensor({0, -1, 2, 3}, torch::kInt64), kIgnoreIndex);
       },
       "labels must be in [0, 5)");
+}
+
+// ---- Output head and loss in chunks ---------------------------------------------------------------
+
+TEST(OpsCpu, LinearCrossEntropyMatchesHeadThenLossForAnyChunking) {
+  torch::manual_seed(31);
+  auto hidden = torch::randn({10, 6}).requires_grad_(true);
+  auto weight = torch::randn({9, 6}).requires_grad_(true);
+  auto labels = torch::tensor({0, 8, -100, 3, 3, 1, -100, 7, 2, 5}, torch::kInt64);
+  auto h_ref = hidden.detach().clone().requires_grad_(true);
+  auto w_ref = weight.detach().clone().requires_grad_(true);
+  auto loss_ref = tt::reference::cross_entropy(torch::mm(h_ref, w_ref.t()), labels, -100);
+  auto grads_ref = grads_of({loss_ref}, {h_ref, w_ref}, {torch::full({}, 1.7)});
+  for (const int64_t chunk : {1, 3, 10, 64}) {
+    const std::string what = "linear_cross_entropy chunk " + std::to_string(chunk);
+    auto loss = tt::ops::linear_cross_entropy(hidden, weight, labels, -100, chunk);
+    expect_close(loss, loss_ref, 1e-6, 1e-7, what + " loss");
+    auto grads = grads_of({loss}, {hidden, weight}, {torch::full({}, 1.7)});
+    expect_close(grads[0], grads_ref[0], 1e-5, 1e-7, what + " grad hidden");
+    expect_close(grads[1], grads_ref[1], 1e-5, 1e-7, what + " grad weight");
+  }
+}
+
+TEST(OpsCpu, LinearCrossEntropyGradientsMatchFiniteDifferences) {
+  torch::manual_seed(32);
+  auto labels = torch::tensor({0, 4, -100, 2, 1}, torch::kInt64);
+  auto fn = [&](const std::vector<torch::Tensor>& in) {
+    return std::vector<torch::Tensor>{tt::ops::linear_cross_entropy(in[0], in[1], labels, -100, 2)};
+  };
+  expect_gradients_match_finite_differences(fn, {torch::randn({5, 3}, f64()), torch::randn({6, 3}, f64())},
+                                            {true, true}, "linear_cross_entropy");
+}
+
+TEST(OpsCpu, LinearCrossEntropyRejectsBadInputs) {
+  auto hidden = torch::randn({4, 6});
+  auto labels = torch::zeros({4}, torch::kInt64);
+  expect_error([&] { tt::ops::linear_cross_entropy(hidden, torch::randn({9, 5}), labels, -100, 2); },
+               "hidden must be [rows, H] and weight [vocab, H] with the same H, got [4, 6] and [9, 5]");
+  expect_error([&] { tt::ops::linear_cross_entropy(hidden, torch::randn({9, 6}).to(torch::kBFloat16), labels, -100, 2); },
+               "hidden and weight must have one dtype, got Float and BFloat16");
+  expect_error([&] { tt::ops::linear_cross_entropy(hidden, torch::randn({9, 6}), labels, -100, 0); },
+               "chunk_rows must be > 0, got 0");
+  expect_error([&] { tt::ops::linear_cross_entropy(hidden, torch::randn({9, 6}), labels.narrow(0, 0, 3), -100, 2); },
+               "labels must have shape [4]");
 }
 
 }  // namespace

@@ -132,6 +132,84 @@ TEST(OpsGpu, RmsNormEmptyBatch) {
   EXPECT_TRUE(grads[1].eq(0).all().item<bool>()) << "an empty batch must give a zero weight gradient";
 }
 
+// ---- Residual add fused with RMSNorm -------------------------------------------------------------
+
+// residual in `residual_dtype`, delta and the output in `out_dtype`; both outputs receive a gradient. The
+// references run the unfused composition (add in the residual's dtype, norm, cast) in the same dtypes and in
+// fp64.
+void check_add_rms_norm(const std::vector<int64_t>& shape, torch::ScalarType residual_dtype,
+                        torch::ScalarType out_dtype, bool with_delta) {
+  const int64_t hidden = shape.back();
+  const std::string what = "add_rms_norm " + shape_name(torch::IntArrayRef(shape)) + " residual " +
+                           dtype_name(residual_dtype) + " out " + dtype_name(out_dtype) +
+                           (with_delta ? "" : " without delta");
+  auto residual_in = torch::randn(shape, gpu()).to(residual_dtype);
+  auto delta_in = torch::randn(shape, gpu()).to(out_dtype);
+  auto weight_in = (1 + 0.2 * torch::randn({hidden}, gpu())).to(out_dtype).to(torch::kFloat32);
+  auto grad_residual = torch::randn(shape, gpu()).to(residual_dtype);
+  auto grad_y = torch::randn(shape, gpu()).to(out_dtype);
+
+  auto run = [&](auto&& fn, torch::ScalarType rt, torch::ScalarType ot) {
+    auto r = leaf(residual_in.to(rt)), d = leaf(delta_in.to(ot)), w = leaf(weight_in.to(ot == torch::kFloat64 ? ot : torch::kFloat32));
+    auto [res, y] = fn(r, with_delta ? d : torch::Tensor(), w);
+    std::vector<torch::Tensor> inputs = {r, w};
+    if (with_delta) inputs.push_back(d);
+    auto grads = grads_of({res, y}, inputs, {grad_residual.to(rt), grad_y.to(ot)});
+    grads.insert(grads.begin(), {res, y});
+    return grads;  // residual out, y, grad residual, grad weight[, grad delta]
+  };
+  auto ours = run(
+      [&](const torch::Tensor& r, const torch::Tensor& d, const torch::Tensor& w) {
+        auto out = tt::ops::add_rms_norm(r, d, w, kEps, out_dtype);
+        return std::pair{out.residual, out.normalized};
+      },
+      residual_dtype, out_dtype);
+  auto unfused = [&](torch::ScalarType ot) {
+    return [=](const torch::Tensor& r, const torch::Tensor& d, const torch::Tensor& w) {
+      auto h = d.defined() ? r + d : r;
+      return std::pair{h, tt::reference::rms_norm(h, w, kEps).to(ot)};
+    };
+  };
+  auto same = run(unfused(out_dtype), residual_dtype, out_dtype);
+  auto ref64 = run(unfused(torch::kFloat64), torch::kFloat64, torch::kFloat64);
+  EXPECT_EQ(ours[0].scalar_type(), residual_dtype) << what;
+  EXPECT_EQ(ours[1].scalar_type(), out_dtype) << what;
+  const std::vector<std::string> names = {"residual out", "output", "grad residual", "grad weight", "grad delta"};
+  const std::vector<torch::ScalarType> dtypes = {residual_dtype, out_dtype, residual_dtype, torch::kFloat32, out_dtype};
+  for (size_t i = 0; i < ours.size(); ++i)
+    expect_matches_reference(ours[i], same[i], ref64[i], dtypes[i], 1e-4, what + " " + names[i]);
+}
+
+TEST(OpsGpu, AddRmsNormMatchesAddThenNormOverShapesAndDtypePairs) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(21);
+  const std::vector<std::pair<torch::ScalarType, torch::ScalarType>> pairs = {
+      {torch::kFloat32, torch::kFloat32}, {torch::kBFloat16, torch::kBFloat16}, {torch::kFloat16, torch::kFloat16},
+      {torch::kFloat32, torch::kBFloat16}, {torch::kFloat32, torch::kFloat16}};
+  const std::vector<std::vector<int64_t>> shapes = {{1, 1}, {3, 129}, {2, 17, 512}, {1025, 7}, {5, 4099}, {300, 2048}};
+  for (const auto& [residual_dtype, out_dtype] : pairs)
+    for (const auto& shape : shapes)
+      for (const bool with_delta : {true, false}) check_add_rms_norm(shape, residual_dtype, out_dtype, with_delta);
+}
+
+TEST(OpsGpu, AddRmsNormBackwardIsBitwiseDeterministic) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(22);
+  auto residual = torch::randn({2000, 1000}, gpu());
+  auto delta = torch::randn({2000, 1000}, gpu()).to(torch::kBFloat16);
+  auto weight = torch::randn({1000}, gpu());
+  auto grad_residual = torch::randn({2000, 1000}, gpu());
+  auto grad_y = torch::randn({2000, 1000}, gpu()).to(torch::kBFloat16);
+  std::vector<std::vector<torch::Tensor>> runs;
+  for (int run = 0; run < 2; ++run) {
+    auto r = leaf(residual), d = leaf(delta), w = leaf(weight);
+    auto out = tt::ops::add_rms_norm(r, d, w, kEps, torch::kBFloat16);
+    runs.push_back(grads_of({out.residual, out.normalized}, {r, d, w}, {grad_residual, grad_y}));
+  }
+  for (size_t i = 0; i < runs[0].size(); ++i)
+    EXPECT_TRUE(torch::equal(runs[0][i], runs[1][i])) << "add_rms_norm gradient " << i << " differs between two runs";
+}
+
 TEST(OpsGpu, RmsNormRejectsBadInputs) {
   SKIP_WITHOUT_GPU();
   auto x = torch::randn({4, 8}, gpu());
@@ -360,6 +438,47 @@ TEST(OpsGpu, CrossEntropyHandlesNonContiguousAndMisalignedInputs) {
     auto strided_labels = make_labels(96, 1000, true).slice(0, 0, 96, 2);  // every other element
     ASSERT_FALSE(strided_labels.is_contiguous());
     check_cross_entropy(torch::randn({48, 1000}, gpu()).to(dtype), strided_labels, dtype, "strided labels");
+  }
+}
+
+// ---- Output head and loss in chunks ---------------------------------------------------------------
+
+// hidden and weight in `dtype`; the reference is the unchunked head GEMM and reference cross-entropy, in
+// `dtype` and in fp64.
+void check_linear_cross_entropy(int64_t rows, int64_t vocab, int64_t hidden_dim, int64_t chunk_rows,
+                                torch::ScalarType dtype, bool ignore_some) {
+  const std::string what = "linear_cross_entropy rows " + std::to_string(rows) + " vocab " + std::to_string(vocab) +
+                           " hidden " + std::to_string(hidden_dim) + " chunk " + std::to_string(chunk_rows) +
+                           (ignore_some ? " (some rows ignored)" : "");
+  auto hidden_in = torch::randn({rows, hidden_dim}, gpu()).to(dtype);
+  auto weight_in = (torch::randn({vocab, hidden_dim}, gpu()) / std::sqrt(static_cast<double>(hidden_dim))).to(dtype);
+  auto labels = make_labels(rows, vocab, ignore_some);
+  auto grad_loss = torch::full({}, kGradLoss, gpu());
+  auto run = [&](bool ours, torch::ScalarType t) {
+    auto h = leaf(hidden_in.to(t)), w = leaf(weight_in.to(t));
+    auto loss = ours ? tt::ops::linear_cross_entropy(h, w, labels, kIgnoreIndex, chunk_rows)
+                     : tt::reference::cross_entropy(torch::mm(h, w.t()), labels, kIgnoreIndex);
+    auto grads = grads_of({loss}, {h, w}, {grad_loss.to(loss.scalar_type())});
+    return std::vector<torch::Tensor>{loss, grads[0], grads[1]};
+  };
+  auto ours = run(true, dtype), same = run(false, dtype), ref64 = run(false, torch::kFloat64);
+  EXPECT_EQ(ours[1].scalar_type(), dtype) << what;
+  EXPECT_EQ(ours[2].scalar_type(), dtype) << what;
+  const std::vector<std::string> names = {"loss", "grad hidden", "grad weight"};
+  for (size_t i = 0; i < ours.size(); ++i)
+    expect_matches_reference(ours[i], same[i], ref64[i], dtype, 1e-4, what + " " + names[i]);
+}
+
+TEST(OpsGpu, LinearCrossEntropyMatchesHeadThenLossOverChunkings) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(9);
+  for (const auto dtype : kDtypes) {
+    // One chunk, a ragged last chunk, one row per chunk, chunks larger than the batch.
+    for (const int64_t chunk : {int64_t{300}, int64_t{64}, int64_t{1}, int64_t{1000}}) {
+      check_linear_cross_entropy(300, 1000, 64, chunk, dtype, true);
+    }
+    check_linear_cross_entropy(37, 32000, 128, 16, dtype, false);
+    check_linear_cross_entropy(5, 17, 33, 2, dtype, true);
   }
 }
 

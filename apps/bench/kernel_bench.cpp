@@ -15,6 +15,7 @@
 
 #include "apps/report/results.h"
 #include "apps/report/system_info.h"
+#include "apps/train/device.h"
 #include "apps/train/format.h"
 #include "kernels/ops/adamw.h"
 #include "models/reference.h"
@@ -161,19 +162,30 @@ std::vector<Case> entry_cases(const std::vector<Entry>& entries, int64_t forward
 
 constexpr double kNormEps = 1e-6;
 
+// The residual add and the RMSNorm after it, as a pre-norm block runs them. In bf16 the residual stream is
+// fp32, the sub-layer's output (delta) bf16, and the normalised output feeds a bf16 GEMM: under autocast,
+// as in training, so every kind pays for the casts it needs (the unfused kinds' outputs are cast to bf16
+// here, where autocast would cast them at the GEMM).
 std::vector<Case> norm_cases(const BenchShape& shape, torch::ScalarType dtype, c10::Device device) {
   const int64_t rows = shape.tokens(), hidden = shape.hidden, es = element_size(dtype);
+  const bool mixed = dtype != torch::kFloat32;
+  const int64_t rs = mixed ? 4 : es;  // the residual stream's element size
   auto options = torch::TensorOptions().device(device);
-  // bf16 activations with an fp32 weight, as under autocast.
-  auto x = torch::randn({rows, hidden}, options).to(dtype);
+  auto residual = torch::randn({rows, hidden}, options);
+  auto delta = torch::randn({rows, hidden}, options).to(dtype);
   auto weight = torch::ones({hidden}, options);
-  auto xg = leaf(x), wg = leaf(weight);
-  const int64_t forward_bytes = 2 * rows * hidden * es + hidden * 4;
-  // Backward reads x, grad_y, weight and writes grad_x, grad_weight.
-  const int64_t both_bytes = forward_bytes + 3 * rows * hidden * es + 2 * hidden * 4;
-  return entry_cases(norm_implementations(), forward_bytes, both_bytes, {xg, wg},
-                     {torch::randn({rows, hidden}, options).to(dtype)}, [=](NormFn fn, bool leaves) {
-                       return std::vector<torch::Tensor>{fn(leaves ? xg : x, leaves ? wg : weight, kNormEps)};
+  auto rg = leaf(residual), dg = leaf(delta), wg = leaf(weight);
+  // Forward reads residual and delta, writes residual + delta and the output.
+  const int64_t forward_bytes = rows * hidden * (2 * rs + 2 * es) + hidden * 4;
+  // Backward reads the saved sum, grad_y and the residual gradient; writes grad_residual, grad_delta, grad_weight.
+  const int64_t both_bytes = forward_bytes + rows * hidden * (3 * rs + es + (mixed ? es : 0)) + 2 * hidden * 4;
+  const Precision precision = mixed ? Precision::kBf16 : Precision::kFp32;
+  return entry_cases(norm_implementations(), forward_bytes, both_bytes, {rg, dg, wg},
+                     {torch::randn({rows, hidden}, options), torch::randn({rows, hidden}, options).to(dtype)},
+                     [=](NormFn fn, bool leaves) {
+                       AutocastScope autocast(device, precision);
+                       auto out = fn(leaves ? rg : residual, leaves ? dg : delta, leaves ? wg : weight, kNormEps);
+                       return std::vector<torch::Tensor>{out.residual, out.normalized.to(dtype)};
                      });
 }
 
@@ -226,18 +238,23 @@ std::vector<Case> activation_cases(const BenchShape& shape, torch::ScalarType dt
                      });
 }
 
+// The output head's GEMM and the loss, from the final norm's output, with the head's weight in the run's dtype
+// (v4's bf16 copy). Bytes count the logits once written and read, as the unfused kinds move them; the fused
+// kind's chunks stay smaller than that.
 std::vector<Case> loss_cases(const BenchShape& shape, torch::ScalarType dtype, c10::Device device) {
-  const int64_t rows = shape.tokens(), vocab = shape.vocab, es = element_size(dtype);
+  const int64_t rows = shape.tokens(), vocab = shape.vocab, hidden_dim = shape.hidden, es = element_size(dtype);
   auto options = torch::TensorOptions().device(device);
-  auto logits = torch::randn({rows, vocab}, options).to(dtype);
+  auto hidden = torch::randn({rows, hidden_dim}, options).to(dtype);
+  auto weight = (0.02 * torch::randn({vocab, hidden_dim}, options)).to(dtype);
   auto labels = torch::randint(vocab, {rows}, options.dtype(torch::kInt64));
-  auto logits_g = leaf(logits);
-  const int64_t forward_bytes = rows * vocab * es + rows * 8;
-  // Backward reads the logits again and writes their gradient.
-  return entry_cases(loss_implementations(), forward_bytes, forward_bytes + 2 * rows * vocab * es, {logits_g},
+  auto hidden_g = leaf(hidden), weight_g = leaf(weight);
+  const int64_t forward_bytes = (rows + vocab) * hidden_dim * es + 2 * rows * vocab * es + rows * 8;
+  // Backward reads the logits again, writes their gradient, and two GEMMs read it.
+  const int64_t both_bytes = forward_bytes + 4 * rows * vocab * es + 2 * (rows + vocab) * hidden_dim * es;
+  return entry_cases(loss_implementations(), forward_bytes, both_bytes, {hidden_g, weight_g},
                      {torch::ones({}, options)}, [=](LossFn fn, bool leaves) {
-                       return std::vector<torch::Tensor>{
-                           fn(leaves ? logits_g : logits, labels, reference::kIgnoreIndex)};
+                       return std::vector<torch::Tensor>{fn(leaves ? hidden_g : hidden, leaves ? weight_g : weight,
+                                                            labels, reference::kIgnoreIndex)};
                      });
 }
 

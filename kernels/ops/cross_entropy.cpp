@@ -6,6 +6,7 @@
 #include "kernels/ops/cross_entropy.h"
 
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <limits>
 
@@ -48,6 +49,7 @@ void check_inputs(const torch::Tensor& logits, const torch::Tensor& labels) {
 
 struct ForwardResult {
   torch::Tensor loss;       // [] mean over valid rows
+  torch::Tensor row_loss;   // [rows] each row's loss, 0 on ignored rows
   torch::Tensor lse;        // [rows] logsumexp of each row
   torch::Tensor num_valid;  // [] number of rows whose label is not ignore_index
 };
@@ -68,7 +70,7 @@ ForwardResult forward_aten(const torch::Tensor& logits, const torch::Tensor& lab
   auto picked = x.gather(1, safe_labels.unsqueeze(1)).squeeze(1);
   auto row_loss = torch::where(valid, lse - picked, torch::zeros_like(lse));
   auto num_valid = valid.sum().to(ct);
-  return {row_loss.sum() / num_valid, lse, num_valid};
+  return {row_loss.sum() / num_valid, row_loss, lse, num_valid};
 }
 
 // grad_logits = (softmax - one_hot(label)) * grad_loss / num_valid on valid rows, 0 on ignored rows
@@ -89,21 +91,27 @@ torch::Tensor backward_aten(const torch::Tensor& grad_loss, const torch::Tensor&
 
 #ifdef TT_HAVE_GPU_KERNELS
 // logits and labels must be contiguous. The count of valid rows stays on the device: no host sync.
-ForwardResult forward_gpu(const torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index) {
+// With `row_loss_out` (a chunk of a larger batch) the rows' losses go there and no mean is taken.
+ForwardResult forward_gpu(const torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index,
+                          const torch::Tensor& row_loss_out = {}) {
   c10::DeviceGuard guard(logits.device());
   auto f32 = logits.options().dtype(torch::kFloat32);
   const int64_t rows = logits.size(0);
-  auto lse = torch::empty({rows}, f32);
-  auto row_loss = torch::empty({rows}, f32);
-  auto loss = torch::empty({}, f32);
-  auto num_valid = torch::empty({}, f32);
+  const bool mean = !row_loss_out.defined();
+  ForwardResult out;
+  out.lse = torch::empty({rows}, f32);
+  out.row_loss = mean ? torch::empty({rows}, f32) : row_loss_out;
+  if (mean) {
+    out.loss = torch::empty({}, f32);
+    out.num_valid = torch::empty({}, f32);
+  }
   kernels::CrossEntropyForwardParams params{};
   params.logits = logits.data_ptr();
   params.labels = labels.data_ptr<int64_t>();
-  params.lse = lse.data_ptr<float>();
-  params.row_loss = row_loss.data_ptr<float>();
-  params.loss = loss.data_ptr<float>();
-  params.num_valid = num_valid.data_ptr<float>();
+  params.lse = out.lse.data_ptr<float>();
+  params.row_loss = out.row_loss.data_ptr<float>();
+  params.loss = mean ? out.loss.data_ptr<float>() : nullptr;
+  params.num_valid = mean ? out.num_valid.data_ptr<float>() : nullptr;
   params.rows = rows;
   params.vocab = logits.size(1);
   params.ignore_index = ignore_index;
@@ -111,14 +119,16 @@ ForwardResult forward_gpu(const torch::Tensor& logits, const torch::Tensor& labe
                        kernels::cross_entropy_forward(params, detail::kernel_dtype(logits.scalar_type()),
                                                       detail::current_stream(logits)),
                        "cross_entropy_forward");
-  return {loss, lse, num_valid};
+  return out;
 }
 
+// in_place: the gradient overwrites logits (which the caller no longer needs).
 torch::Tensor backward_gpu(const torch::Tensor& grad_loss, const torch::Tensor& logits, const torch::Tensor& labels,
-                           const torch::Tensor& lse, const torch::Tensor& num_valid, int64_t ignore_index) {
+                           const torch::Tensor& lse, const torch::Tensor& num_valid, int64_t ignore_index,
+                           bool in_place = false) {
   c10::DeviceGuard guard(logits.device());
   auto grad_loss_f32 = grad_loss.to(torch::kFloat32).contiguous();
-  auto grad_logits = torch::empty(logits.sizes(), logits.options());
+  auto grad_logits = in_place ? logits : torch::empty(logits.sizes(), logits.options());
   kernels::CrossEntropyBackwardParams params{};
   params.logits = logits.data_ptr();
   params.labels = labels.data_ptr<int64_t>();
@@ -136,6 +146,46 @@ torch::Tensor backward_gpu(const torch::Tensor& grad_loss, const torch::Tensor& 
   return grad_logits;
 }
 #endif
+
+// One chunk of the linear cross-entropy: its rows' losses into row_loss, and `logits` overwritten by the
+// gradient of (sum of the whole batch's row losses) / num_valid, the batch's count of valid rows.
+void chunk_loss_and_gradient(torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index,
+                             const torch::Tensor& num_valid, const torch::Tensor& one, torch::Tensor row_loss) {
+  if (logits.is_cpu()) {
+    auto result = forward_aten(logits, labels, ignore_index);
+    row_loss.copy_(result.row_loss);
+    logits.copy_(backward_aten(one, logits, labels, result.lse, num_valid, ignore_index));
+    return;
+  }
+#ifdef TT_HAVE_GPU_KERNELS
+  auto result = forward_gpu(logits, labels, ignore_index, row_loss);
+  backward_gpu(one, logits, labels, result.lse, num_valid, ignore_index, /*in_place=*/true);
+#endif
+}
+
+void check_linear_inputs(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& labels,
+                         int64_t chunk_rows) {
+  TORCH_CHECK(hidden.defined() && weight.defined() && labels.defined(),
+              "tt::ops::linear_cross_entropy: hidden, weight and labels must be defined tensors");
+  TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
+              "tt::ops::linear_cross_entropy: hidden must be [rows, H] and weight [vocab, H] with the same H, got ",
+              hidden.sizes(), " and ", weight.sizes());
+  TORCH_CHECK(hidden.scalar_type() == weight.scalar_type(),
+              "tt::ops::linear_cross_entropy: hidden and weight must have one dtype, got ", hidden.scalar_type(),
+              " and ", weight.scalar_type());
+  TORCH_CHECK(hidden.device() == weight.device(), "tt::ops::linear_cross_entropy: weight is on ", weight.device(),
+              " but hidden is on ", hidden.device());
+  TORCH_CHECK(chunk_rows > 0, "tt::ops::linear_cross_entropy: chunk_rows must be > 0, got ", chunk_rows);
+  TORCH_CHECK(hidden.is_floating_point(), "tt::ops::linear_cross_entropy: hidden must be a floating-point tensor, got ",
+              hidden.scalar_type());
+  TORCH_CHECK(labels.scalar_type() == torch::kInt64,
+              "tt::ops::linear_cross_entropy: labels must be Long (int64), got ", labels.scalar_type());
+  TORCH_CHECK(labels.dim() == 1 && labels.size(0) == hidden.size(0), "tt::ops::linear_cross_entropy: labels must have shape [",
+              hidden.size(0), "] (one per row of hidden), got ", labels.sizes());
+  TORCH_CHECK(labels.device() == hidden.device(), "tt::ops::linear_cross_entropy: labels are on ", labels.device(),
+              " but hidden is on ", hidden.device());
+  if (!hidden.is_cpu()) detail::check_gpu_input("linear_cross_entropy", "hidden", hidden);
+}
 
 }  // namespace
 
@@ -179,6 +229,50 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
 
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index) {
   return CrossEntropyFunction::apply(logits, labels, ignore_index);
+}
+
+// Saves the two gradients the forward computed.
+struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropyFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
+                               const torch::Tensor& labels, int64_t ignore_index, int64_t chunk_rows) {
+    check_linear_inputs(hidden, weight, labels, chunk_rows);
+    // The caller chose the GEMM dtype; autocast would cast an fp32 chunk's GEMM to bf16 behind its back.
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const auto h = hidden.contiguous(), w = weight.contiguous(), l = labels.contiguous();
+    const auto loss_dtype = h.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+    const int64_t rows = h.size(0);
+    auto num_valid = l.ne(ignore_index).sum(loss_dtype);
+    auto one = torch::ones({}, num_valid.options());
+    auto row_loss = torch::empty({rows}, num_valid.options());
+    auto grad_hidden = torch::empty_like(h);
+    auto grad_weight = torch::zeros_like(w);  // the sum over no chunks, for an empty batch
+    for (int64_t start = 0; start < rows; start += chunk_rows) {
+      const int64_t n = std::min(chunk_rows, rows - start);
+      const auto h_chunk = h.narrow(0, start, n);
+      auto logits = at::mm(h_chunk, w.t());
+      chunk_loss_and_gradient(logits, l.narrow(0, start, n), ignore_index, num_valid, one, row_loss.narrow(0, start, n));
+      auto grad_hidden_chunk = grad_hidden.narrow(0, start, n);
+      at::mm_out(grad_hidden_chunk, logits, w);
+      if (start == 0) {
+        at::mm_out(grad_weight, logits.t(), h_chunk);
+      } else {
+        grad_weight.addmm_(logits.t(), h_chunk);
+      }
+    }
+    ctx->save_for_backward({grad_hidden, grad_weight});
+    return row_loss.sum() / num_valid;  // 0 / 0 = NaN when every row is ignored, as cross_entropy gives
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& g = grad_outputs[0];
+    return {saved[0] * g, saved[1] * g, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+torch::Tensor linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                   const torch::Tensor& labels, int64_t ignore_index, int64_t chunk_rows) {
+  return LinearCrossEntropyFunction::apply(hidden, weight, labels, ignore_index, chunk_rows);
 }
 
 }  // namespace tt::ops

@@ -11,4 +11,14 @@ namespace tt::ops {
 // Differentiable in logits.
 torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index);
 
+// The output head and the loss in one op: cross_entropy(hidden @ weight^T, labels), taken chunk_rows rows at a
+// time so that the [N, V] logits and their gradient never exist whole, only one [chunk_rows, V] buffer in
+// hidden's dtype. The forward computes the gradients too, since it holds each chunk's logits: our kernels turn
+// them into their own gradient in place, and two GEMMs take it to hidden's and weight's gradient (weight's
+// accumulated over chunks in weight's dtype). The backward only scales those by the incoming gradient.
+// hidden [N, H] and weight [V, H] of one dtype (fp32, bf16 or fp16), labels [N] int64; an fp32 scalar loss
+// (fp64 for fp64 inputs). Autocast does not apply inside: cast the inputs as the head's GEMM would.
+torch::Tensor linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                   const torch::Tensor& labels, int64_t ignore_index, int64_t chunk_rows);
+
 }  // namespace tt::ops
