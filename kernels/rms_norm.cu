@@ -181,7 +181,7 @@ bool use_wide_rows(int64_t hidden, std::initializer_list<const void*> residual_r
   return true;
 }
 
-// Calls f(T{}, C{}) for the pairs rms_norm_supports admits; the others are never instantiated.
+// Calls f(T{}, C{}) for the pairs rms_norm.cuh names; the others are never instantiated.
 template <typename F>
 void dispatch_pair(DType residual, DType compute, F&& f) {
   dispatch_dtype(residual, [&](auto t) {
@@ -226,10 +226,6 @@ void backward_for_types(const RmsNormBackwardParams& params, gpuStream_t stream)
 }
 
 }  // namespace
-
-bool rms_norm_supports(DType residual, DType compute) {
-  return residual == compute || residual == DType::kFloat32;
-}
 
 LaunchStatus rms_norm_forward(const RmsNormForwardParams& params, DType residual, DType compute, void* stream) {
   if (params.rows == 0) return {};

@@ -5,7 +5,8 @@
 // Two element types: the residual stream's, T (x, residual_out, grad_x, grad_residual), and the compute
 // dtype, C (delta, y, grad_y, grad_delta). They are equal except in mixed precision, where the residual stream
 // stays fp32 and the GEMMs around the norm read and write bf16 or fp16: there the norm reads the GEMM's
-// output and writes its input directly, with no cast kernels between them.
+// output and writes its input directly, with no cast kernels between them. The kernels are built for those
+// pairs only (equal types, or an fp32 residual with bf16 or fp16 compute); the op layer checks.
 #pragma once
 
 #include <cstdint>
@@ -40,9 +41,6 @@ struct RmsNormBackwardParams {
   int64_t hidden;
   int64_t num_partials;  // must be rms_norm_backward_num_partials(rows)
 };
-
-// The (T, C) pairs the kernels are built for: equal types, or an fp32 residual with bf16 or fp16 compute.
-bool rms_norm_supports(DType residual, DType compute);
 
 LaunchStatus rms_norm_forward(const RmsNormForwardParams& params, DType residual, DType compute, void* stream);
 

@@ -245,7 +245,8 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
     auto one = torch::ones({}, num_valid.options());
     auto row_loss = torch::empty({rows}, num_valid.options());
     auto grad_hidden = torch::empty_like(h);
-    auto grad_weight = torch::zeros_like(w);  // the sum over no chunks, for an empty batch
+    // An empty batch has no chunk: its weight gradient is the empty sum.
+    auto grad_weight = rows == 0 ? torch::zeros_like(w) : torch::empty_like(w);
     for (int64_t start = 0; start < rows; start += chunk_rows) {
       const int64_t n = std::min(chunk_rows, rows - start);
       const auto h_chunk = h.narrow(0, start, n);
