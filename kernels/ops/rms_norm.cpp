@@ -175,61 +175,85 @@ BackwardGpu backward_gpu(const torch::Tensor& grad_y_in, const torch::Tensor& x,
 }
 #endif
 
+// The body of both autograd functions below. Inputs x (the residual), delta (undefined for RmsNormFunction),
+// weight; outputs y and residual_out (x + delta, or x itself returned as a view when there is no delta, so that
+// its gradient comes back here and joins the norm's in the same kernel). Saves the normalised input, weight and
+// the per-row inverse rms.
+variable_list forward_impl(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& delta,
+                           const torch::Tensor& weight, double eps, torch::ScalarType out_dtype) {
+  check_inputs(x, delta, weight, eps, out_dtype);
+  Forward out;
+  torch::Tensor x_used = x;
+  if (x.is_cpu()) {
+    out = forward_aten(x, delta, weight, eps, out_dtype);
+  } else {
+#ifdef TT_HAVE_GPU_KERNELS
+    // The kernels read rows as contiguous memory; other layouts are copied once here.
+    x_used = x.contiguous();
+    out = forward_gpu(x_used, delta.defined() ? delta.contiguous() : delta, weight, eps, out_dtype);
+#endif
+  }
+  const torch::Tensor residual_out = delta.defined() ? out.residual_out : x;
+  ctx->save_for_backward({delta.defined() ? out.residual_out : x_used, weight, out.inv_rms});
+  ctx->saved_data["has_delta"] = delta.defined();
+  ctx->saved_data["out_dtype"] = static_cast<int64_t>(out_dtype);
+  return {out.y, residual_out};
+}
+
+// {grad_x, grad_delta (undefined without delta), grad_weight}.
+variable_list backward_impl(AutogradContext* ctx, const variable_list& grad_outputs) {
+  const auto saved = ctx->get_saved_variables();
+  const auto& x = saved[0];
+  const auto& weight = saved[1];
+  const auto& inv_rms = saved[2];
+  const bool has_delta = ctx->saved_data["has_delta"].toBool();
+  const auto out_dtype = static_cast<torch::ScalarType>(ctx->saved_data["out_dtype"].toInt());
+  auto grad_y = grad_outputs[0].defined() ? grad_outputs[0] : torch::zeros(x.sizes(), x.options().dtype(out_dtype));
+  const auto& grad_residual = grad_outputs[1];
+  torch::Tensor grad_x, grad_delta, grad_weight;
+  if (x.is_cpu()) {
+    std::tie(grad_x, grad_weight) = backward_aten(grad_y, x, weight, inv_rms, grad_residual);
+    if (has_delta) grad_delta = grad_x.to(out_dtype);
+  } else {
+#ifdef TT_HAVE_GPU_KERNELS
+    auto out = backward_gpu(grad_y, x, weight, inv_rms, grad_residual, has_delta, out_dtype);
+    grad_x = out.grad_x;
+    grad_delta = out.grad_delta;
+    grad_weight = out.grad_weight;
+#endif
+  }
+  return {grad_x, grad_delta, grad_weight};
+}
+
 }  // namespace
 
-// Inputs x (the residual), delta (may be undefined), weight; outputs y and residual_out (x + delta, or x
-// itself returned as a view when there is no delta, so that its gradient comes back here and joins the
-// norm's in the same kernel). Saves the normalised input, weight and the per-row inverse rms.
+// Two functions because LibTorch's C++ autograd functions take no undefined tensor inputs: the norm alone,
+// and the norm with the residual add.
 struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight, double eps,
+                               torch::ScalarType out_dtype) {
+    return forward_impl(ctx, x, torch::Tensor(), weight, eps, out_dtype);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto grads = backward_impl(ctx, grad_outputs);
+    return {grads[0], grads[2], torch::Tensor(), torch::Tensor()};
+  }
+};
+
+struct AddRmsNormFunction : torch::autograd::Function<AddRmsNormFunction> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& delta,
                                const torch::Tensor& weight, double eps, torch::ScalarType out_dtype) {
-    check_inputs(x, delta, weight, eps, out_dtype);
-    Forward out;
-    torch::Tensor x_used = x;
-    if (x.is_cpu()) {
-      out = forward_aten(x, delta, weight, eps, out_dtype);
-    } else {
-#ifdef TT_HAVE_GPU_KERNELS
-      // The kernels read rows as contiguous memory; other layouts are copied once here.
-      x_used = x.contiguous();
-      out = forward_gpu(x_used, delta.defined() ? delta.contiguous() : delta, weight, eps, out_dtype);
-#endif
-    }
-    const torch::Tensor residual_out = delta.defined() ? out.residual_out : x;
-    ctx->save_for_backward({delta.defined() ? out.residual_out : x_used, weight, out.inv_rms});
-    ctx->saved_data["has_delta"] = delta.defined();
-    ctx->saved_data["out_dtype"] = static_cast<int64_t>(out_dtype);
-    return {out.y, residual_out};
+    return forward_impl(ctx, x, delta, weight, eps, out_dtype);
   }
-
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    const auto saved = ctx->get_saved_variables();
-    const auto& x = saved[0];
-    const auto& weight = saved[1];
-    const auto& inv_rms = saved[2];
-    const bool has_delta = ctx->saved_data["has_delta"].toBool();
-    const auto out_dtype = static_cast<torch::ScalarType>(ctx->saved_data["out_dtype"].toInt());
-    auto grad_y = grad_outputs[0].defined() ? grad_outputs[0] : torch::zeros(x.sizes(), x.options().dtype(out_dtype));
-    const auto& grad_residual = grad_outputs[1];
-    torch::Tensor grad_x, grad_delta, grad_weight;
-    if (x.is_cpu()) {
-      std::tie(grad_x, grad_weight) = backward_aten(grad_y, x, weight, inv_rms, grad_residual);
-      if (has_delta) grad_delta = grad_x.to(out_dtype);
-    } else {
-#ifdef TT_HAVE_GPU_KERNELS
-      auto out = backward_gpu(grad_y, x, weight, inv_rms, grad_residual, has_delta, out_dtype);
-      grad_x = out.grad_x;
-      grad_delta = out.grad_delta;
-      grad_weight = out.grad_weight;
-#endif
-    }
-    return {grad_x, grad_delta, grad_weight, torch::Tensor(), torch::Tensor()};
+    auto grads = backward_impl(ctx, grad_outputs);
+    return {grads[0], grads[1], grads[2], torch::Tensor(), torch::Tensor()};
   }
 };
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   TORCH_CHECK(x.defined(), "tt::ops::rms_norm: x must be a defined tensor");
-  return RmsNormFunction::apply(x, torch::Tensor(), weight, eps, x.scalar_type())[0];
+  return RmsNormFunction::apply(x, weight, eps, x.scalar_type())[0];
 }
 
 AddRmsNormOutput add_rms_norm(const torch::Tensor& residual, const torch::Tensor& delta, const torch::Tensor& weight,
@@ -238,7 +262,8 @@ AddRmsNormOutput add_rms_norm(const torch::Tensor& residual, const torch::Tensor
   // delta in out_dtype: a cast recorded by autograd here, outside the function, when it arrives in another.
   const auto d = delta.defined() && delta.scalar_type() != out_dtype && delta.is_floating_point() ? delta.to(out_dtype)
                                                                                                  : delta;
-  auto outputs = RmsNormFunction::apply(residual, d, weight, eps, out_dtype);
+  auto outputs = d.defined() ? AddRmsNormFunction::apply(residual, d, weight, eps, out_dtype)
+                             : RmsNormFunction::apply(residual, weight, eps, out_dtype);
   return {outputs[1], outputs[0]};
 }
 
