@@ -81,8 +81,7 @@ LaunchStatus naive_swiglu_forward(const NaiveSwigluForwardParams& params, DType 
   if (params.rows == 0) return {};
   const gpuStream_t s = to_stream(stream);
   dispatch_dtype(dtype, [&](auto element) {
-    naive_swiglu_forward_kernel<decltype(element)>
-        <<<grid_for(params.rows * params.ffn), kBlockThreads, 0, s>>>(params);
+    naive_swiglu_forward_kernel<decltype(element)><<<grid_for(params.rows * params.ffn), kBlockThreads, 0, s>>>(params);
   });
   return last_launch_status();
 }

@@ -3,11 +3,11 @@
 // loss and gradients.
 #pragma once
 
-#include <cmath>
-#include <string>
-
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <cmath>
+#include <string>
 
 #include "apps/train/trainer.h"
 #include "models/stage.h"
@@ -30,8 +30,8 @@ inline RunConfig wide_smoke_config() {
 inline double initial_loss(const StageSpec& spec, const RunConfig& config, const torch::Device& device) {
   Trainer trainer(spec, config, device);
   torch::NoGradGuard no_grad;
-  const auto tokens = random_tokens(config.training.batch_size, config.training.seq_len + 1, config.model.vocab_size, 3)
-                          .to(device);
+  const auto tokens =
+      random_tokens(config.training.batch_size, config.training.seq_len + 1, config.model.vocab_size, 3).to(device);
   const auto seq = config.training.seq_len;
   return trainer.model()->loss(tokens.narrow(1, 0, seq), tokens.narrow(1, 1, seq)).item<double>();
 }
@@ -48,8 +48,8 @@ inline void expect_same_as_v3(Pitfall pitfall, const torch::Device& device, doub
   const auto labels = tokens.narrow(1, 1, config.training.seq_len);
   const auto loss = ours.forward_backward(inputs, labels);
   const auto loss_ref = shipped.forward_backward(inputs, labels);
-  EXPECT_LE(rel_error(loss, loss_ref), rtol) << what << ": loss " << loss.item<double>() << " vs v3's "
-                                             << loss_ref.item<double>();
+  EXPECT_LE(rel_error(loss, loss_ref), rtol)
+      << what << ": loss " << loss.item<double>() << " vs v3's " << loss_ref.item<double>();
   const auto grads = ours.model()->canonical_grads();
   const auto grads_ref = shipped.model()->canonical_grads();
   ASSERT_EQ(grads.size(), grads_ref.size());

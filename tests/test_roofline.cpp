@@ -48,9 +48,9 @@ TEST(Roofline, AddsUpLaunchesPerKernelAndSortsByGpuTime) {
   const Kernel& gemm = r.kernels[1];
   EXPECT_EQ(gemm.name, "void gemm_kernel<float, 128>(GemmParams)");
   EXPECT_EQ(gemm.calls, 2);
-  EXPECT_DOUBLE_EQ(gemm.seconds, 2e-4);      // 2 x "100,000" nsecond
-  EXPECT_DOUBLE_EQ(gemm.flops, 2e8);         // 2 x 50 M ffma x 2
-  EXPECT_DOUBLE_EQ(gemm.bytes, 1e7);         // 2 x (4 M read + 1 M written)
+  EXPECT_DOUBLE_EQ(gemm.seconds, 2e-4);  // 2 x "100,000" nsecond
+  EXPECT_DOUBLE_EQ(gemm.flops, 2e8);     // 2 x 50 M ffma x 2
+  EXPECT_DOUBLE_EQ(gemm.bytes, 1e7);     // 2 x (4 M read + 1 M written)
   EXPECT_DOUBLE_EQ(*gemm.intensity(), 20.0);
   EXPECT_DOUBLE_EQ(r.kernels[0].flops, 2e10);  // tensor-path ops
   EXPECT_DOUBLE_EQ(r.kernels[2].flops, 2e6);   // rms_norm: 1 M fadd + 1 M fmul
@@ -111,8 +111,9 @@ TEST(Roofline, BadCounterFilesFailWithTheProblem) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message("\"Kernel Name\",\"other\"\n\"\",\"\"\n\"k\",\"1\"\n").find("has no column \"gpu__time_duration.sum\""),
-            std::string::npos);
+  EXPECT_NE(
+      message("\"Kernel Name\",\"other\"\n\"\",\"\"\n\"k\",\"1\"\n").find("has no column \"gpu__time_duration.sum\""),
+      std::string::npos);
   EXPECT_NE(message("\"Kernel Name\",\"gpu__time_duration.sum\"\n\"\",\"fortnight\"\n\"k\",\"1\"\n")
                 .find("has the unit \"fortnight\""),
             std::string::npos);
@@ -125,12 +126,11 @@ TEST(Roofline, CommandLineWritesTheFilesAndRefusesBadArguments) {
   const fs::path dir = fs::path(::testing::TempDir()) / "tt_roofline_cli";
   fs::create_directories(dir);
   std::ostringstream out, err;
-  const int code = roofline_main({"--counters", kFixture, "--gpu", kH100, "--bandwidth-gbs", "3000", "--top", "5",
-                                  "--output-dir", dir.string()},
-                                 out, err);
+  const int code = roofline_main(
+      {"--counters", kFixture, "--gpu", kH100, "--bandwidth-gbs", "3000", "--top", "5", "--output-dir", dir.string()},
+      out, err);
   ASSERT_EQ(code, 0) << err.str();
-  for (const char* name : {"roofline.md", "roofline.svg", "roofline.json"})
-    EXPECT_TRUE(fs::exists(dir / name)) << name;
+  for (const char* name : {"roofline.md", "roofline.svg", "roofline.json"}) EXPECT_TRUE(fs::exists(dir / name)) << name;
   EXPECT_NE(read_file((dir / "roofline.json").string()).find("\"bandwidth_source\": \"given with --bandwidth-gbs\""),
             std::string::npos);
   std::ostringstream o2, e2;

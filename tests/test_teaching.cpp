@@ -1,10 +1,10 @@
 // The debugging exercise on the CPU (models/stage.h, Pitfall): each pitfall does what it claims where a CPU
 // can show it, the catalog and the command line refuse what they should, and the energy reader says why it
 // has no figure.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 #include "apps/cli/stage_cli.h"
 #include "apps/report/results.h"

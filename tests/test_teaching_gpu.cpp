@@ -1,10 +1,10 @@
 // The debugging exercise on a GPU: the pitfalls' effects where only a GPU shows them (the strided and naive
 // kernels inside a whole model, the host clock beside device events) and the energy figure. No timing
 // assertions: the lesson's sizes are measured by scripts/debugging_stages.sh, not asserted here.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 #include "apps/report/results.h"
 #include "apps/train/energy.h"

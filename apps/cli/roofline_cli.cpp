@@ -1,11 +1,11 @@
 #include "apps/cli/roofline_cli.h"
 
+#include <torch/torch.h>
+
+#include <cxxopts.hpp>
 #include <filesystem>
 #include <fstream>
 #include <ostream>
-
-#include <cxxopts.hpp>
-#include <torch/torch.h>
 
 #include "apps/cli/command_line.h"
 #include "apps/report/results.h"
@@ -44,6 +44,7 @@ int roofline_main(const std::vector<std::string>& args, std::ostream& out, std::
       "(the peak table MFU uses) and memory roof, as roofline.md, roofline.svg and roofline.json.\n"
       "The counters are ncu's raw CSV page; scripts/profile_roofline.sh collects them and runs this tool.\n"
       "Exit status: 0 fine, 2 bad arguments or files.");
+  // clang-format off
   options.add_options()
       ("counters", "ncu raw CSV (ncu --import R.ncu-rep --csv --page raw --print-units base)",
        cxxopts::value<std::string>(), "FILE")
@@ -58,6 +59,7 @@ int roofline_main(const std::vector<std::string>& args, std::ostream& out, std::
        cxxopts::value<std::string>(), "DIR")
       ("list-metrics", "print the ncu metrics the report reads, one a line, and exit")
       ("help", "show this help");
+  // clang-format on
   cxxopts::ParseResult parsed;
   try {
     parsed = parse_flags(options, args);
@@ -94,11 +96,13 @@ int roofline_main(const std::vector<std::string>& args, std::ostream& out, std::
     if (parsed.count("result")) {
       const auto result = read_json_file(parsed["result"].as<std::string>());
       validate_result_json(result);
-      if (gpu.empty()) gpu = result["system"]["device_name"];
-      report.title = result["stage"]["name"].get<std::string>() +
-                     (result["stage"].contains("pitfall") ? " --pitfall " + result["stage"]["pitfall"]["name"].get<std::string>() : "") +
-                     ", " + result["config"]["name"].get<std::string>() + ", " + result["training"]["dtype"].get<std::string>() +
-                     ", " + gpu;
+      if (gpu.empty()) gpu = result["system"]["device_name"].get<std::string>();
+      report.title =
+          result["stage"]["name"].get<std::string>() +
+          (result["stage"].contains("pitfall") ? " --pitfall " + result["stage"]["pitfall"]["name"].get<std::string>()
+                                               : "") +
+          ", " + result["config"]["name"].get<std::string>() + ", " + result["training"]["dtype"].get<std::string>() +
+          ", " + gpu;
     }
     if (parsed.count("measure-bandwidth")) {
       if (!torch::cuda::is_available()) return fail("--measure-bandwidth needs a GPU, and LibTorch sees none");
@@ -118,16 +122,15 @@ int roofline_main(const std::vector<std::string>& args, std::ostream& out, std::
     report.notes.push_back("no compute roof: " + (gpu.empty() ? std::string("no GPU named (--gpu or --result)")
                                                               : "'" + gpu + "' is not in the peak table"));
 
-  const fs::path dir = parsed.count("output-dir") ? fs::path(parsed["output-dir"].as<std::string>())
-                                                  : fs::path(counters).parent_path();
+  const fs::path dir =
+      parsed.count("output-dir") ? fs::path(parsed["output-dir"].as<std::string>()) : fs::path(counters).parent_path();
   const auto n = static_cast<size_t>(top);
   const std::string markdown = roofline::to_markdown(report, n);
   try {
     if (!dir.empty()) fs::create_directories(dir);
-    for (const auto& [name, content] :
-         {std::pair<std::string, std::string>{"roofline.md", markdown},
-          {"roofline.svg", roofline::to_svg(report, n)},
-          {"roofline.json", roofline::to_json(report, n).dump(2) + "\n"}}) {
+    for (const auto& [name, content] : {std::pair<std::string, std::string>{"roofline.md", markdown},
+                                        {"roofline.svg", roofline::to_svg(report, n)},
+                                        {"roofline.json", roofline::to_json(report, n).dump(2) + "\n"}}) {
       std::ofstream file(dir / name);
       file << content;
       if (!file) throw std::runtime_error("cannot write '" + (dir / name).string() + "'");

@@ -38,9 +38,8 @@ std::string text_of(const nlohmann::json& v) {
 std::string fields_table(const nlohmann::json& object) {
   std::string out = "<table class=\"kv\">";
   for (const auto& [key, value] : object.items())
-    out += "<tr><th>" + escape(key) + "</th><td>" + escape(value.is_object() || value.is_array() ? value.dump()
-                                                                                              : text_of(value)) +
-           "</td></tr>";
+    out += "<tr><th>" + escape(key) + "</th><td>" +
+           escape(value.is_object() || value.is_array() ? value.dump() : text_of(value)) + "</td></tr>";
   return out + "</table>\n";
 }
 
@@ -57,14 +56,15 @@ std::string median_of(const nlohmann::json& summary, const char* field) {
 }
 
 std::string hotspots_table(const nlohmann::json& profile, size_t top) {
-  std::string out = "<p>" + escape(strprintf("%lld profiled steps, GPU time %.3f ms per step",
-                                             static_cast<long long>(profile.value("steps", 0)),
-                                             profile.value("gpu_time_per_step_ms", 0.0))) +
-                    (profile.contains("kernels_per_step") && profile["kernels_per_step"].is_number()
-                         ? escape(strprintf(", %.1f kernels per step", profile["kernels_per_step"].get<double>()))
-                         : std::string()) +
-                    "</p>\n<table><tr><th>share</th><th>total ms</th><th>calls</th><th>mean µs</th><th>kind</th>"
-                    "<th>kernel / op</th></tr>\n";
+  std::string out =
+      "<p>" +
+      escape(strprintf("%lld profiled steps, GPU time %.3f ms per step",
+                       static_cast<long long>(profile.value("steps", 0)), profile.value("gpu_time_per_step_ms", 0.0))) +
+      (profile.contains("kernels_per_step") && profile["kernels_per_step"].is_number()
+           ? escape(strprintf(", %.1f kernels per step", profile["kernels_per_step"].get<double>()))
+           : std::string()) +
+      "</p>\n<table><tr><th>share</th><th>total ms</th><th>calls</th><th>mean µs</th><th>kind</th>"
+      "<th>kernel / op</th></tr>\n";
   size_t n = 0;
   for (const auto& h : profile.value("hotspots", nlohmann::json::array())) {
     if (n++ == top) break;
@@ -82,12 +82,13 @@ std::string result_section(const Row& row, const Result& result) {
   const auto& s = j["summary"];
   std::string out = "<section><h3>" + escape(row.label) + "</h3>\n<p class=\"path\">" + escape(result.path) + "</p>\n";
   if (j["stage"].contains("pitfall"))
-    out += "<p><b>Pitfall " + escape(j["stage"]["pitfall"].value("name", "")) + "</b>: " +
-           escape(j["stage"]["pitfall"].value("lesson", "")) + "</p>\n";
-  out += "<h4>Timing (median ms)</h4><table><tr><th>timer</th><th>forward</th><th>backward</th><th>optimizer</th>"
-         "<th>step</th></tr><tr><td>device events</td><td>" +
-         median_of(s, "forward_ms") + "</td><td>" + median_of(s, "backward_ms") + "</td><td>" +
-         median_of(s, "optimizer_ms") + "</td><td>" + median_of(s, "step_ms") + "</td></tr>";
+    out += "<p><b>Pitfall " + escape(j["stage"]["pitfall"].value("name", "")) +
+           "</b>: " + escape(j["stage"]["pitfall"].value("lesson", "")) + "</p>\n";
+  out +=
+      "<h4>Timing (median ms)</h4><table><tr><th>timer</th><th>forward</th><th>backward</th><th>optimizer</th>"
+      "<th>step</th></tr><tr><td>device events</td><td>" +
+      median_of(s, "forward_ms") + "</td><td>" + median_of(s, "backward_ms") + "</td><td>" +
+      median_of(s, "optimizer_ms") + "</td><td>" + median_of(s, "step_ms") + "</td></tr>";
   if (s.contains("host_clock_ms")) {
     const auto& h = s["host_clock_ms"];
     out += "<tr><td>host clock, no sync</td><td>" + median_of(h, "forward_ms") + "</td><td>" +
@@ -95,12 +96,14 @@ std::string result_section(const Row& row, const Result& result) {
            median_of(h, "step_ms") + "</td></tr>";
   }
   out += "</table>\n";
-  if (s.contains("host_clock_ms")) out += "<p class=\"note\">" + escape(s["host_clock_ms"].value("note", "")) + "</p>\n";
+  if (s.contains("host_clock_ms"))
+    out += "<p class=\"note\">" + escape(s["host_clock_ms"].value("note", "")) + "</p>\n";
   out += "<h4>Energy</h4><p>";
   out += s.contains("energy_j_per_step") && s["energy_j_per_step"].is_number()
              ? escape(strprintf("%.3f J per step, ", s["energy_j_per_step"].get<double>()) +
-                      (s["tokens_per_joule"].is_number() ? strprintf("%.0f tokens per joule", s["tokens_per_joule"].get<double>())
-                                                         : std::string("tokens per joule -")))
+                      (s["tokens_per_joule"].is_number()
+                           ? strprintf("%.0f tokens per joule", s["tokens_per_joule"].get<double>())
+                           : std::string("tokens per joule -")))
              : std::string("not measured");
   out += "</p><p class=\"note\">" + escape(s.value("energy_note", std::string("no energy fields in this result"))) +
          "</p>\n";
@@ -151,13 +154,15 @@ std::string to_html(const Comparison& c, const std::vector<Result>& results, con
   if (fs::is_directory(folder.empty() ? "." : folder, ec))
     for (const auto& entry : fs::directory_iterator(folder.empty() ? "." : folder, ec)) {
       const std::string name = entry.path().filename().string();
-      if (name.size() >= 13 && name.compare(name.size() - 13, 13, "roofline.json") == 0) rooflines.push_back(entry.path());
+      if (name.size() >= 13 && name.compare(name.size() - 13, 13, "roofline.json") == 0)
+        rooflines.push_back(entry.path());
     }
   std::sort(rooflines.begin(), rooflines.end());
   out += "<h2>Roofline</h2>\n";
   if (rooflines.empty())
-    out += "<p class=\"note\">No roofline report in this folder (scripts/profile_roofline.sh writes one; README, "
-           "\"The roofline report\").</p>\n";
+    out +=
+        "<p class=\"note\">No roofline report in this folder (scripts/profile_roofline.sh writes one; README, "
+        "\"The roofline report\").</p>\n";
   for (const auto& json_path : rooflines) {
     fs::path svg = json_path;
     svg.replace_extension(".svg");
@@ -170,8 +175,9 @@ std::string to_html(const Comparison& c, const std::vector<Result>& results, con
     }
     out += "<h3>" + escape(data.value("title", json_path.filename().string())) + "</h3>\n";
     if (fs::exists(svg)) out += read_text(svg);
-    out += "<table><tr><th>#</th><th>kernel</th><th>calls</th><th>GPU ms</th><th>share</th><th>FLOP/byte</th>"
-           "<th>TFLOP/s</th><th>GB/s</th><th>bound</th></tr>\n";
+    out +=
+        "<table><tr><th>#</th><th>kernel</th><th>calls</th><th>GPU ms</th><th>share</th><th>FLOP/byte</th>"
+        "<th>TFLOP/s</th><th>GB/s</th><th>bound</th></tr>\n";
     size_t rank = 0;
     for (const auto& k : data.value("kernels", nlohmann::json::array()))
       out += strprintf("<tr><td>%zu</td>", ++rank) + "<td class=\"name\">" + escape(k.value("name", "")) + "</td>" +

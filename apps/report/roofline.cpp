@@ -65,12 +65,23 @@ std::vector<std::string> split_csv_line(const std::string& line) {
 // Factor from a unit ncu printed to seconds, bytes or per-second; 1 for counts. Throws for a unit it does
 // not know, so that a number is never silently off by 1000.
 double unit_factor(const std::string& unit, const std::string& column) {
-  static const std::map<std::string, double> factors = {
-      {"", 1},           {"inst", 1},          {"cycle", 1},           {"nsecond", 1e-9},
-      {"usecond", 1e-6}, {"msecond", 1e-3},    {"second", 1},          {"byte", 1},
-      {"Kbyte", 1e3},    {"Mbyte", 1e6},       {"Gbyte", 1e9},         {"Tbyte", 1e12},
-      {"byte/cycle", 1}, {"cycle/second", 1},  {"cycle/usecond", 1e6}, {"cycle/nsecond", 1e9},
-      {"cycle/msecond", 1e3}};
+  static const std::map<std::string, double> factors = {{"", 1},
+                                                        {"inst", 1},
+                                                        {"cycle", 1},
+                                                        {"nsecond", 1e-9},
+                                                        {"usecond", 1e-6},
+                                                        {"msecond", 1e-3},
+                                                        {"second", 1},
+                                                        {"byte", 1},
+                                                        {"Kbyte", 1e3},
+                                                        {"Mbyte", 1e6},
+                                                        {"Gbyte", 1e9},
+                                                        {"Tbyte", 1e12},
+                                                        {"byte/cycle", 1},
+                                                        {"cycle/second", 1},
+                                                        {"cycle/usecond", 1e6},
+                                                        {"cycle/nsecond", 1e9},
+                                                        {"cycle/msecond", 1e3}};
   const auto it = factors.find(unit);
   if (it == factors.end())
     throw std::runtime_error("column \"" + column + "\" has the unit \"" + unit +
@@ -203,7 +214,8 @@ Report parse_ncu_csv(const std::string& text, const std::string& source) {
   for (auto& k : report.kernels) k.share = report.total_seconds > 0 ? k.seconds / report.total_seconds : 0;
   std::sort(report.kernels.begin(), report.kernels.end(),
             [](const Kernel& a, const Kernel& b) { return a.seconds > b.seconds; });
-  if (peak_bytes_per_cycle > 0 && cycles_per_second > 0) report.ncu_peak_bandwidth = peak_bytes_per_cycle * cycles_per_second;
+  if (peak_bytes_per_cycle > 0 && cycles_per_second > 0)
+    report.ncu_peak_bandwidth = peak_bytes_per_cycle * cycles_per_second;
   if (!report.missing_metrics.empty())
     report.notes.push_back(std::to_string(report.missing_metrics.size()) +
                            " metrics were not in the counter file and count as zero (ncu does not know them on this "
@@ -249,8 +261,9 @@ std::string to_markdown(const Report& r, size_t top) {
   out += strprintf("%lld kernel launches, %.3f ms of GPU time, %zu distinct kernels; the top %zu by GPU time:\n\n",
                    static_cast<long long>(r.launches), r.total_seconds * 1e3, r.kernels.size(),
                    std::min(top, r.kernels.size()));
-  out += "| # | kernel | calls | GPU ms | share | GFLOP | DRAM MB | FLOP/byte | achieved FLOP/s | DRAM bytes/s | bound | "
-         "of attainable |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n";
+  out +=
+      "| # | kernel | calls | GPU ms | share | GFLOP | DRAM MB | FLOP/byte | achieved FLOP/s | DRAM bytes/s | bound | "
+      "of attainable |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n";
   for (size_t i = 0; i < std::min(top, r.kernels.size()); ++i) {
     const Kernel& k = r.kernels[i];
     const auto ai = k.intensity();
@@ -267,10 +280,11 @@ std::string to_markdown(const Report& r, size_t top) {
     out += (i ? "; " : "") + si(r.compute_roofs[i].flops_per_s, "FLOP/s") + " " + r.compute_roofs[i].label;
   out += r.bandwidth ? "; memory " + si(*r.bandwidth, "B/s") + " (" + r.bandwidth_source + ")" : "; no memory roof";
   if (r.ncu_peak_bandwidth) out += "; ncu's DRAM peak " + si(*r.ncu_peak_bandwidth, "B/s");
-  out += ".\n\nFLOPs: fp32 and half-precision add, mul (1) and fma (2) thread instructions on the FMA pipes plus the "
-         "tensor cores' math ops, as ncu counts them; bytes: DRAM reads + writes. \"bound\": which roof a kernel sits "
-         "under at its intensity; \"of attainable\": achieved FLOP/s / min(highest compute roof, bandwidth x "
-         "intensity).\n";
+  out +=
+      ".\n\nFLOPs: fp32 and half-precision add, mul (1) and fma (2) thread instructions on the FMA pipes plus the "
+      "tensor cores' math ops, as ncu counts them; bytes: DRAM reads + writes. \"bound\": which roof a kernel sits "
+      "under at its intensity; \"of attainable\": achieved FLOP/s / min(highest compute roof, bandwidth x "
+      "intensity).\n";
   for (const auto& note : r.notes) out += "\nNote: " + note + ".\n";
   if (!r.missing_metrics.empty()) {
     out += "\nMissing metrics:";
@@ -321,8 +335,9 @@ std::string to_svg(const Report& r, size_t top) {
   }
   s << strprintf("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#333\"/>\n", kLeft,
                  kTop, kRight - kLeft, kBottom - kTop)
-    << strprintf("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">arithmetic intensity (FLOP per DRAM byte)</text>\n",
-                 (kLeft + kRight) / 2, kBottom + 36)
+    << strprintf(
+           "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">arithmetic intensity (FLOP per DRAM byte)</text>\n",
+           (kLeft + kRight) / 2, kBottom + 36)
     << strprintf("<text transform=\"translate(18 %.1f) rotate(-90)\" text-anchor=\"middle\">achieved FLOP/s</text>\n",
                  (kTop + kBottom) / 2);
   const char* roof_colours[] = {"#c0392b", "#e67e22", "#8e44ad"};
@@ -349,15 +364,17 @@ std::string to_svg(const Report& r, size_t top) {
   }
   for (const auto& [rank, k] : points) {
     const double x = px(*k->intensity()), y = py(k->flops_per_s());
-    s << strprintf("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" fill=\"#4C78A8\" fill-opacity=\"0.75\" stroke=\"#1f3b57\">",
-                   x, y, 4 + 10 * std::sqrt(k->share))
+    s << strprintf(
+             "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" fill=\"#4C78A8\" fill-opacity=\"0.75\" stroke=\"#1f3b57\">", x,
+             y, 4 + 10 * std::sqrt(k->share))
       << "<title>" << xml_escape(k->name) << "</title></circle>"
-      << strprintf("<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" font-weight=\"bold\">%zu</text>\n", x + 7, y - 6, rank);
+      << strprintf("<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" font-weight=\"bold\">%zu</text>\n", x + 7, y - 6,
+                   rank);
   }
   // The legend: every top kernel, plotted or not.
   double ly = kTop + 4;
-  s << strprintf("<text x=\"%.1f\" y=\"%.1f\" font-weight=\"bold\">top kernels by GPU time (share)</text>\n", kRight + 20,
-                 ly);
+  s << strprintf("<text x=\"%.1f\" y=\"%.1f\" font-weight=\"bold\">top kernels by GPU time (share)</text>\n",
+                 kRight + 20, ly);
   for (size_t i = 0; i < std::min(top, r.kernels.size()); ++i) {
     ly += 17;
     const Kernel& k = r.kernels[i];
@@ -366,7 +383,9 @@ std::string to_svg(const Report& r, size_t top) {
     if (name.size() > 40) name = name.substr(0, 39) + "…";
     s << strprintf("<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\"%s>%zu. %s (%.1f%%)%s</text>\n", kRight + 20, ly,
                    plotted ? "" : " fill=\"#888\"", i + 1, xml_escape(name).c_str(), 100 * k.share,
-                   plotted ? "" : k.flops == 0 ? " no FLOPs" : " no DRAM bytes");
+                   plotted        ? ""
+                   : k.flops == 0 ? " no FLOPs"
+                                  : " no DRAM bytes");
   }
   s << "</svg>\n";
   return s.str();

@@ -4,11 +4,10 @@
 // (scripts/profile_roofline.sh writes them with `ncu --csv --page raw --print-units base`).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace tt::roofline {
 
@@ -41,9 +40,9 @@ struct Report {
   std::vector<Kernel> kernels;  // by GPU time, largest first; all of them
   double total_seconds = 0;
   int64_t launches = 0;
-  std::vector<Roof> compute_roofs;      // highest first; empty for a GPU outside the peak table
-  std::optional<double> bandwidth;      // bytes/s: the memory roof
-  std::string bandwidth_source;         // how it was obtained
+  std::vector<Roof> compute_roofs;           // highest first; empty for a GPU outside the peak table
+  std::optional<double> bandwidth;           // bytes/s: the memory roof
+  std::string bandwidth_source;              // how it was obtained
   std::optional<double> ncu_peak_bandwidth;  // ncu's own DRAM peak, when the counters carry it
   std::vector<std::string> missing_metrics;  // asked-for metrics absent from the counter file
   std::vector<std::string> notes;

@@ -12,7 +12,7 @@ namespace tt {
 
 // The few NVML entry points used, declared here with NVML's C types (nvml.h is not needed to build).
 struct EnergyMeter::Nvml {
-  using Return = int;  // nvmlReturn_t; 0 = NVML_SUCCESS
+  using Return = int;    // nvmlReturn_t; 0 = NVML_SUCCESS
   using Device = void*;  // nvmlDevice_t
   void* library = nullptr;
   Return (*init)() = nullptr;
@@ -114,11 +114,13 @@ EnergyReading EnergyMeter::stop() {
   if (!nvml_) return {std::nullopt, "", note_};
   unsigned long long mj = 0;
   if (const auto r = nvml_->total_energy(nvml_->device, &mj); r != 0 || !start_mj_)
-    return {std::nullopt, "", "energy not measured: reading NVML's total-energy counter failed" +
-                                  (r != 0 ? ": " + nvml_->error(r) : std::string(" at the start of the window"))};
+    return {std::nullopt, "",
+            "energy not measured: reading NVML's total-energy counter failed" +
+                (r != 0 ? ": " + nvml_->error(r) : std::string(" at the start of the window"))};
   return {static_cast<double>(mj - *start_mj_) / 1000.0,
-          "NVML nvmlDeviceGetTotalEnergyConsumption (" + nvml_->name + "), read before the first and after the last "
-          "measured step with the device synchronised",
+          "NVML nvmlDeviceGetTotalEnergyConsumption (" + nvml_->name +
+              "), read before the first and after the last "
+              "measured step with the device synchronised",
           ""};
 }
 

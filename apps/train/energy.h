@@ -4,11 +4,11 @@
 // counter (amd-smi's energy count) is not read yet: AMD runs get the note.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <memory>
 #include <optional>
 #include <string>
-
-#include <torch/torch.h>
 
 namespace tt {
 

@@ -3,6 +3,7 @@
 // the two products through the naive matmul kernel), and the GEMM + tt::ops::swiglu on CPU tensors.
 #include "kernels/ops/naive_swiglu.h"
 
+#include <ATen/autocast_mode.h>
 #include <c10/core/DeviceGuard.h>
 
 #include <limits>
@@ -24,8 +25,8 @@ using torch::autograd::variable_list;
 void check_inputs(const torch::Tensor& x, const torch::Tensor& weight) {
   TORCH_CHECK(x.defined() && weight.defined(), "tt::ops::naive_swiglu: x and gate_up_weight must be defined tensors");
   TORCH_CHECK(x.is_floating_point(), "tt::ops::naive_swiglu: x must be a floating-point tensor, got ", x.scalar_type());
-  TORCH_CHECK(x.dim() >= 1 && x.size(-1) > 0, "tt::ops::naive_swiglu: x must have shape [..., hidden] with hidden > 0, got ",
-              x.sizes());
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) > 0,
+              "tt::ops::naive_swiglu: x must have shape [..., hidden] with hidden > 0, got ", x.sizes());
   TORCH_CHECK(weight.dim() == 2 && weight.size(0) > 0 && weight.size(0) % 2 == 0,
               "tt::ops::naive_swiglu: gate_up_weight must have shape [2 * ffn, hidden] with ffn > 0, got ",
               weight.sizes());
@@ -86,10 +87,10 @@ struct NaiveSwigluFunction : torch::autograd::Function<NaiveSwigluFunction> {
     params.rows = x.size(0);
     params.hidden = hidden;
     params.ffn = ffn;
-    detail::check_launch("naive_swiglu",
-                         kernels::naive_swiglu_forward(params, detail::kernel_dtype(x.scalar_type()),
-                                                       detail::current_stream(x)),
-                         "naive_swiglu_forward");
+    detail::check_launch(
+        "naive_swiglu",
+        kernels::naive_swiglu_forward(params, detail::kernel_dtype(x.scalar_type()), detail::current_stream(x)),
+        "naive_swiglu_forward");
     ctx->save_for_backward({x, weight, gate_up});
     ctx->saved_data["x_sizes"] = x_in.sizes().vec();
     auto out_sizes = x_in.sizes().vec();
@@ -116,9 +117,9 @@ struct NaiveSwigluFunction : torch::autograd::Function<NaiveSwigluFunction> {
     act.grad_gate_up = grad_gate_up.data_ptr();
     act.rows = gate_up.size(0);
     act.ffn = ffn;
-    detail::check_launch("naive_swiglu",
-                         kernels::swiglu_backward(act, detail::kernel_dtype(x.scalar_type()), detail::current_stream(x)),
-                         "swiglu_backward");
+    detail::check_launch(
+        "naive_swiglu", kernels::swiglu_backward(act, detail::kernel_dtype(x.scalar_type()), detail::current_stream(x)),
+        "swiglu_backward");
     auto grad_x = naive_matmul(grad_gate_up, weight).view(ctx->saved_data["x_sizes"].toIntVector());
     auto grad_weight = naive_matmul(grad_gate_up.t(), x);
     return {grad_x, grad_weight};
@@ -132,9 +133,12 @@ struct NaiveSwigluFunction : torch::autograd::Function<NaiveSwigluFunction> {
 
 torch::Tensor naive_swiglu(const torch::Tensor& x, const torch::Tensor& gate_up_weight) {
   check_inputs(x, gate_up_weight);
-  const auto weight = gate_up_weight.to(x.scalar_type());
-  if (x.is_cpu()) return swiglu(torch::matmul(x, weight.t()));
-  return NaiveSwigluFunction::apply(x, weight);
+  if (x.is_cpu()) return swiglu(torch::matmul(x, gate_up_weight.to(x.scalar_type()).t()));
+  // Under autocast both operands go to the autocast dtype, as they would for the GEMM this kernel replaces.
+  const auto device_type = x.device().type();
+  const auto dtype =
+      at::autocast::is_autocast_enabled(device_type) ? at::autocast::get_autocast_dtype(device_type) : x.scalar_type();
+  return NaiveSwigluFunction::apply(x.to(dtype), gate_up_weight.to(dtype));
 }
 
 }  // namespace tt::ops
