@@ -80,7 +80,7 @@ const std::vector<PitfallEntry>& pitfalls();
 const PitfallEntry& pitfall(Pitfall kind);
 // Throws ConfigError naming the value and the allowed names.
 Pitfall parse_pitfall(const std::string& name);
-std::string pitfall_names();  // "none, missing-init, ..."
+std::string pitfall_names();  // "missing-init, non-contiguous, no-sync-timing, naive-swiglu, none"
 // `spec` with the pitfall put back; throws ConfigError for a stage other than v3_custom (the exercise's
 // stage: the pitfalls swap components that only it has).
 StageSpec with_pitfall(StageSpec spec, Pitfall kind);
