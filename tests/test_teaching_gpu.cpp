@@ -31,11 +31,11 @@ TEST(TeachingGpu, MissingInitMakesTheInitialLossExplode) {
   EXPECT_GT(testing::initial_loss(v3_with(Pitfall::kMissingInit), c, torch::kCUDA), 10 * ln_vocab);
 }
 
-// The strided and the naive kernels inside the model: v3's loss and gradients (fp32; the naive kernels
-// sum in another order than cuBLAS).
+// The strided and the naive kernels inside the model: v3's loss and gradients (fp32, within the equivalence
+// harness's 1e-4: the transposed GEMM and the naive kernels sum in another order than v3's cuBLAS GEMM).
 TEST(TeachingGpu, NonContiguousAndNaiveSwigluStagesComputeV3sLossAndGradients) {
   TT_SKIP_WITHOUT_GPU_KERNELS();
-  testing::expect_same_as_v3(Pitfall::kNonContiguous, torch::kCUDA, 1e-5);
+  testing::expect_same_as_v3(Pitfall::kNonContiguous, torch::kCUDA, 1e-4);
   testing::expect_same_as_v3(Pitfall::kNaiveSwiglu, torch::kCUDA, 1e-4);
 }
 

@@ -18,6 +18,8 @@ struct EnergyMeter::Nvml {
   Return (*init)() = nullptr;
   Return (*shutdown)() = nullptr;
   Return (*by_pci_bus_id)(const char*, Device*) = nullptr;
+  Return (*count)(unsigned*) = nullptr;             // optional: the one-GPU fallback below
+  Return (*by_index)(unsigned, Device*) = nullptr;  // optional
   Return (*total_energy)(Device, unsigned long long*) = nullptr;
   const char* (*error_string)(Return) = nullptr;
   Device device = nullptr;
@@ -67,6 +69,8 @@ EnergyMeter::EnergyMeter(const torch::Device& device, const std::string& library
     return;
   }
   load_symbol(nvml->library, "nvmlErrorString", nvml->error_string);
+  load_symbol(nvml->library, "nvmlDeviceGetCount_v2", nvml->count);
+  load_symbol(nvml->library, "nvmlDeviceGetHandleByIndex_v2", nvml->by_index);
   if (const auto r = nvml->init(); r != 0) {
     nvml->shutdown = nullptr;
     note_ = "energy not measured: nvmlInit failed: " + nvml->error(r);
@@ -82,9 +86,14 @@ EnergyMeter::EnergyMeter(const torch::Device& device, const std::string& library
     return;
   }
   if (const auto r = nvml->by_pci_bus_id(bus_id.data(), &nvml->device); r != 0) {
-    note_ = "energy not measured: NVML does not know the GPU at PCI bus id " + std::string(bus_id.data()) + ": " +
-            nvml->error(r);
-    return;
+    // Where NVML sees exactly one GPU, it is this one, whatever it makes of the bus id.
+    unsigned gpus = 0;
+    if (!nvml->count || !nvml->by_index || nvml->count(&gpus) != 0 || gpus != 1 ||
+        nvml->by_index(0, &nvml->device) != 0) {
+      note_ = "energy not measured: NVML does not know the GPU at PCI bus id " + std::string(bus_id.data()) + ": " +
+              nvml->error(r);
+      return;
+    }
   }
 #else
   note_ = "energy not measured: this build has no GPU backend to name the GPU to NVML";
