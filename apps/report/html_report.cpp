@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "apps/report/results.h"
@@ -55,22 +56,30 @@ std::string median_of(const nlohmann::json& summary, const char* field) {
   return v.is_object() ? strprintf("%.3f", v["median"].get<double>()) : "-";
 }
 
+// A number field, or nothing where it is missing or null (a CPU profile has no GPU time or kernels).
+std::optional<double> number(const nlohmann::json& object, const char* key) {
+  return object.contains(key) && object[key].is_number() ? std::optional<double>(object[key].get<double>())
+                                                         : std::nullopt;
+}
+
 std::string hotspots_table(const nlohmann::json& profile, size_t top) {
-  std::string out =
-      "<p>" +
-      escape(strprintf("%lld profiled steps, GPU time %.3f ms per step",
-                       static_cast<long long>(profile.value("steps", 0)), profile.value("gpu_time_per_step_ms", 0.0))) +
-      (profile.contains("kernels_per_step") && profile["kernels_per_step"].is_number()
-           ? escape(strprintf(", %.1f kernels per step", profile["kernels_per_step"].get<double>()))
-           : std::string()) +
-      "</p>\n<table><tr><th>share</th><th>total ms</th><th>calls</th><th>mean µs</th><th>kind</th>"
-      "<th>kernel / op</th></tr>\n";
+  const auto gpu_ms = number(profile, "gpu_time_per_step_ms");
+  const auto kernels = number(profile, "kernels_per_step");
+  std::string out = "<p>" +
+                    escape(strprintf("%.0f profiled steps", number(profile, "steps").value_or(0)) +
+                           (gpu_ms ? strprintf(", GPU time %.3f ms per step", *gpu_ms) : std::string()) +
+                           (kernels ? strprintf(", %.1f kernels per step", *kernels) : std::string()) +
+                           (profile.value("basis", std::string()) == "cpu_self_time"
+                                ? " (a CPU run: ATen ops by self time, no GPU kernels)"
+                                : "")) +
+                    "</p>\n<table><tr><th>share</th><th>total ms</th><th>calls</th><th>mean µs</th><th>kind</th>"
+                    "<th>kernel / op</th></tr>\n";
   size_t n = 0;
   for (const auto& h : profile.value("hotspots", nlohmann::json::array())) {
     if (n++ == top) break;
-    out += strprintf("<tr><td>%.1f%%</td><td>%.3f</td><td>%lld</td><td>%.2f</td>", 100 * h.value("share", 0.0),
-                     h.value("total_us", 0.0) / 1e3, static_cast<long long>(h.value("calls", 0)),
-                     h.value("mean_us", 0.0)) +
+    out += strprintf("<tr><td>%.1f%%</td><td>%.3f</td><td>%.0f</td><td>%.2f</td>", 100 * number(h, "share").value_or(0),
+                     number(h, "total_us").value_or(0) / 1e3, number(h, "calls").value_or(0),
+                     number(h, "mean_us").value_or(0)) +
            "<td>" + escape(h.value("kind", "")) + "</td><td class=\"name\">" + escape(h.value("name", "")) +
            "</td></tr>\n";
   }
