@@ -340,9 +340,19 @@ TEST(Compare, WritesOneSelfContainedHtmlReportWithTheFoldersRoofline) {
                           roof_out, roof_err),
             0)
       << roof_err.str();
-  const Outcome run = compare({fixture("v1_baseline.json"), fixture("v3_custom.json"), "--output-dir", dir});
+  // A CPU run's profile: no GPU time or kernel count (null), ATen ops by self time.
+  const std::string cpu_profile = modified_fixture(
+      "v3_custom.json",
+      [](nlohmann::json& j) {
+        j["profile"]["basis"] = "cpu_self_time";
+        j["profile"]["gpu_time_per_step_ms"] = nullptr;
+        j["profile"]["kernels_per_step"] = nullptr;
+      },
+      dir);
+  const Outcome run = compare({fixture("v1_baseline.json"), cpu_profile, "--output-dir", dir});
   ASSERT_EQ(run.code, 0) << run.err;
   const std::string html = read_file(dir + "/report.html");
+  EXPECT_NE(html.find("(a CPU run: ATen ops by self time, no GPU kernels)"), std::string::npos);
   EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
   EXPECT_NE(html.find("<th>median ms [p10–p90]</th>"), std::string::npos);
   EXPECT_NE(html.find("<td>v3_custom</td>"), std::string::npos);
