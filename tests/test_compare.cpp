@@ -325,6 +325,11 @@ TEST(Compare, DebuggingExerciseRowsAreLabelledAndMeasuredAgainstStageFive) {
   EXPECT_DOUBLE_EQ(c.rows[1].speedup, 0.5);
   ASSERT_TRUE(c.rows[1].energy_j_per_step.has_value());
   EXPECT_DOUBLE_EQ(*c.rows[1].energy_j_per_step, 0.8);
+  const std::string svg = to_svg(c);
+  EXPECT_NE(svg.find("GPU energy per step"), std::string::npos) << "an energy panel when results carry energy";
+  EXPECT_NE(svg.find("0.800 J/step"), std::string::npos);
+  EXPECT_EQ(to_svg(build_comparison(load_results({fixture("v1_baseline.json")}))).find("GPU energy per step"),
+            std::string::npos);
   const std::string lessons = format_lessons(c);
   EXPECT_NE(lessons.find("naive-swiglu"), std::string::npos) << lessons;
   EXPECT_NE(lessons.find("0.50x"), std::string::npos) << lessons;
