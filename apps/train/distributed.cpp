@@ -332,6 +332,9 @@ DistributedContext::DistributedContext(const DistributedEnv& env, const Distribu
                              "host? c10d said: " + error_text(e));
   }
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));  // before the first collective
+  // A collective that times out (a dead or hung peer) tears this process down: LibTorch's default since 2.2,
+  // stated here because the bounded wait depends on it (a value the user set is kept).
+  ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3", /*overwrite=*/0);
   auto prefix = c10::make_intrusive<c10d::PrefixStore>("default_pg/", impl_->store);
   impl_->group = c10::make_intrusive<c10d::ProcessGroup>(prefix, env.rank, env.world_size);
   auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
