@@ -233,6 +233,21 @@ TEST(DataParallelGpu, LauncherWithOneProcessEqualsThePlainBinary) {
     EXPECT_NE(read_text(log).find("[rank 0] [" + stage + "] data parallel: 1 ranks"), std::string::npos)
         << read_text(log);
   }
+  // Checkpoints cross over: one written by a launched run loads into a plain run, and the other way round.
+  const std::string binary = (build_dir() / "v1_baseline").string();
+  const std::string short_run = "--config " + smoke_json() + " --device cuda --warmup-steps 0 --num-steps 2 --log-every 0";
+  const fs::path log = dir / "checkpoints.log";
+  const std::string port = std::to_string(free_port());
+  EXPECT_EQ(shell(launcher() + " --nproc 1 --master-port " + port + " " + binary + " " + short_run + " --output " +
+                  (dir / "c1.json").string() + " --save-checkpoint " + (dir / "launched.ckpt").string() + " >> " +
+                  log.string() + " 2>&1 && " + binary + " " + short_run + " --output " + (dir / "c2.json").string() +
+                  " --load-checkpoint " + (dir / "launched.ckpt").string() + " --save-checkpoint " +
+                  (dir / "plain.ckpt").string() + " >> " + log.string() + " 2>&1 && " + launcher() +
+                  " --nproc 1 --master-port " + port + " " + binary + " " + short_run + " --output " +
+                  (dir / "c3.json").string() + " --load-checkpoint " + (dir / "plain.ckpt").string() + " >> " +
+                  log.string() + " 2>&1"),
+            0)
+      << read_text(log);
   fs::remove_all(dir);
 }
 

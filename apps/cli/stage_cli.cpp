@@ -283,7 +283,7 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
   // --overwrite.
   for (const auto& refusal :
        {refuse_existing("--output file", writes_files ? output : "", options.overwrite),
-        refuse_existing("--profile trace", options.profile_steps > 0 ? trace : "", options.overwrite),
+        refuse_existing("--profile trace", writes_files && options.profile_steps > 0 ? trace : "", options.overwrite),
         refuse_existing("--save-checkpoint file", writes_files ? options.save_checkpoint : "", options.overwrite)}) {
     if (!refusal) continue;
     std::cerr << spec.name << ": error: " << *refusal << std::endl;

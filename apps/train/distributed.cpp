@@ -12,6 +12,7 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <stdexcept>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -277,6 +278,7 @@ struct DistributedContext::Impl {
   c10::intrusive_ptr<c10d::ProcessGroup> group;
 };
 
+#ifdef TT_DATA_PARALLEL
 namespace {
 
 std::string error_text(const std::exception& error) {
@@ -301,6 +303,7 @@ void check_gpus(const DistributedEnv& env) {
 }
 
 }  // namespace
+#endif
 
 DistributedContext::DistributedContext(const DistributedEnv& env, const DistributedOptions& options)
     : env_(env), options_(options), impl_(std::make_unique<Impl>()) {
@@ -507,10 +510,12 @@ DataParallelStep::DataParallelStep(DistributedContext& context, Transformer mode
 
 DataParallelStep::~DataParallelStep() = default;
 
-torch::Tensor DataParallelStep::step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) {
 #ifndef TT_DATA_PARALLEL
-  TORCH_CHECK(false, "DataParallelStep: this build has no NCCL");
+torch::Tensor DataParallelStep::step(const torch::Tensor&, const torch::Tensor&, StepTimer*) {
+  throw std::logic_error("DataParallelStep: this build has no NCCL");  // its constructor refused already
+}
 #else
+torch::Tensor DataParallelStep::step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) {
   auto& reducer = *state_->reducer;
   if (timer) timer->mark(kStepStart);
   torch::Tensor loss;
@@ -540,7 +545,7 @@ torch::Tensor DataParallelStep::step(const torch::Tensor& inputs, const torch::T
   }
   if (timer) timer->mark(kStepEnd);
   return mean;
-#endif
 }
+#endif
 
 }  // namespace tt
