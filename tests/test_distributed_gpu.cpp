@@ -237,13 +237,13 @@ TEST(DataParallelGpu, LauncherWithOneProcessEqualsThePlainBinary) {
   const std::string binary = (build_dir() / "v1_baseline").string();
   const std::string short_run = "--config " + smoke_json() + " --device cuda --warmup-steps 0 --num-steps 2 --log-every 0";
   const fs::path log = dir / "checkpoints.log";
-  const std::string port = std::to_string(free_port());
+  const std::string port = std::to_string(free_port()), other_port = std::to_string(free_port());
   EXPECT_EQ(shell(launcher() + " --nproc 1 --master-port " + port + " " + binary + " " + short_run + " --output " +
                   (dir / "c1.json").string() + " --save-checkpoint " + (dir / "launched.ckpt").string() + " >> " +
                   log.string() + " 2>&1 && " + binary + " " + short_run + " --output " + (dir / "c2.json").string() +
                   " --load-checkpoint " + (dir / "launched.ckpt").string() + " --save-checkpoint " +
                   (dir / "plain.ckpt").string() + " >> " + log.string() + " 2>&1 && " + launcher() +
-                  " --nproc 1 --master-port " + port + " " + binary + " " + short_run + " --output " +
+                  " --nproc 1 --master-port " + other_port + " " + binary + " " + short_run + " --output " +
                   (dir / "c3.json").string() + " --load-checkpoint " + (dir / "plain.ckpt").string() + " >> " +
                   log.string() + " 2>&1"),
             0)
