@@ -71,7 +71,7 @@ std::string required(const EnvLookup& env, const char* name, const LauncherNames
   const auto value = env(name);
   if (!value || value->empty())
     throw ConfigError("environment variable " + std::string(name) + " is " + (value ? "empty" : "not set") + ": " +
-                      l.source + " data parallel (" + l.rank + " is set) needs it: " + why);
+                      l.source + " data parallel (" + l.rank + " or " + l.world_size + " is set) needs it: " + why);
   return *value;
 }
 
