@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <iostream>
 #include <limits>
 #include <stdexcept>
 
@@ -278,13 +279,17 @@ struct DistributedContext::Impl {
   c10::intrusive_ptr<c10d::ProcessGroup> group;
 };
 
-#ifdef TT_DATA_PARALLEL
 namespace {
 
 std::string error_text(const std::exception& error) {
   if (const auto* c10_error = dynamic_cast<const c10::Error*>(&error)) return c10_error->what_without_backtrace();
   return error.what();
 }
+
+}  // namespace
+
+#ifdef TT_DATA_PARALLEL
+namespace {
 
 void check_gpus(const DistributedEnv& env) {
   const int64_t gpus = torch::cuda::device_count();
@@ -364,7 +369,13 @@ DistributedContext::~DistributedContext() {
 void DistributedContext::abort() {
   if (!impl_->group) return;
   auto group = std::move(impl_->group);
-  group->abort();
+  try {
+    group->abort();
+  } catch (const std::exception& e) {
+    // Called on the way out of another error, which is the one to report; this one is added to it.
+    std::cerr << "(while stopping after that error, aborting the process group failed too: " << error_text(e) << ")"
+              << std::endl;
+  }
 }
 
 torch::Device DistributedContext::device() const {
