@@ -225,6 +225,14 @@ void check_same_run(c10d::Store& store, int rank, int world_size, const nlohmann
     problems += "\n  rank " + std::to_string(r) + " (fingerprint " + run_fingerprint(other) + ") differs in " +
                 fields;
   }
+  // Rank 0 serves the store: it waits until every rank has read, so none of them loses the store before it
+  // could report the mismatch itself.
+  store.set(key_prefix + "read/" + std::to_string(rank), std::vector<uint8_t>{1});
+  if (rank == 0) {
+    std::vector<std::string> read;
+    for (int r = 0; r < world_size; ++r) read.push_back(key_prefix + "read/" + std::to_string(r));
+    store.wait(read);
+  }
   if (!problems.empty())
     throw ConfigError("the ranks were started with different runs; every rank must run the same stage, config and "
                       "flags (rank 0's fingerprint " + run_fingerprint(reference) + "):" + problems +

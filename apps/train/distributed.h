@@ -79,7 +79,8 @@ std::vector<std::string> differing_fields(const nlohmann::json& mine, const nloh
 std::string run_fingerprint(const nlohmann::json& run);
 
 // Publishes `run` under this rank on the store and compares every rank's with rank 0's. Throws ConfigError
-// naming each differing rank and its fields. Waits for all ranks (the store's timeout bounds the wait).
+// naming each differing rank and its fields. Waits for all ranks (the store's timeout bounds the wait); rank 0,
+// which serves the store, returns only after every rank has read every run.
 void check_same_run(c10d::Store& store, int rank, int world_size, const nlohmann::json& run);
 
 // Rank 0's side of the rendezvous: throws ConfigError naming MASTER_PORT when the port is taken on this host.
