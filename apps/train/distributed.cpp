@@ -540,8 +540,10 @@ torch::Tensor DataParallelStep::step(const torch::Tensor& inputs, const torch::T
   torch::Tensor loss;
   {
     ScopedRange range("forward");
-    reducer.rebuild_buckets();  // a no-op except after the first step (a collective, on every rank alike)
+    // In the order Python's DDP calls them. rebuild_buckets is a no-op except in the second step, where it
+    // re-buckets in the order the first backward produced gradients (a collective, on every rank alike).
     reducer.prepare_for_forward();
+    reducer.rebuild_buckets();
     AutocastScope autocast(device_, precision_);
     loss = model_->loss(inputs, labels);
   }
