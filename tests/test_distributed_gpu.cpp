@@ -28,7 +28,8 @@ namespace fs = std::filesystem;
   do {                                                                                                       \
     if (!nccl_available()) GTEST_SKIP() << "this build has no NCCL (CMake said why when it configured)";     \
     if (torch::cuda::device_count() < (n))                                                                   \
-      GTEST_SKIP() << "needs " << (n) << " GPU(s), this machine has " << torch::cuda::device_count();       \
+      GTEST_SKIP() << "needs " << (n) << " GPU(s), this machine has "                                     \
+                   << static_cast<int>(torch::cuda::device_count());                                         \
   } while (0)
 
 int free_port() {
