@@ -14,6 +14,7 @@
 #include "apps/report/system_info.h"
 #include "apps/report/training_run.h"
 #include "apps/train/device.h"
+#include "apps/train/distributed.h"
 #include "apps/train/trainer.h"
 
 namespace tt {
@@ -69,6 +70,15 @@ cxxopts::Options make_options(const std::string& program) {
       "0 = only after the last step [default 0]",
       cxxopts::value<int64_t>())(
       "eval-only", "no training: evaluate the --load-checkpoint weights on --eval-data and write an eval result file");
+  o.add_options("Data parallel (one process per GPU, started by scripts/launch.sh, mpirun or srun)")(
+      "dist-timeout",
+      "seconds a rank waits for the others at the rendezvous and in a collective before it stops with an error "
+      "[default 300]",
+      cxxopts::value<int64_t>())(
+      "scaling-baseline",
+      "result JSON of a 1-GPU run of the same stage, config and per-GPU batch: fills in "
+      "distributed.scaling_efficiency [default none]",
+      cxxopts::value<std::string>());
   add_config_flags(o);
   return o;
 }
@@ -177,8 +187,74 @@ ParsedCommandLine parse_command_line(const std::string& program, const std::vect
     throw ConfigError("--load-checkpoint: file '" + o.load_checkpoint + "' does not exist");
   if (!c.training.data.empty() && !std::filesystem::exists(c.training.data))
     throw ConfigError("training.data: file '" + c.training.data + "' does not exist");
+  o.dist_timeout_given = r.count("dist-timeout") > 0;
+  override_field(r, "dist-timeout", o.dist_timeout_s);
+  if (o.dist_timeout_s < 1)
+    throw ConfigError("--dist-timeout " + std::to_string(o.dist_timeout_s) + " is not allowed: must be >= 1 second");
+  override_field(r, "scaling-baseline", o.scaling_baseline);
+  if (!o.scaling_baseline.empty() && !std::filesystem::exists(o.scaling_baseline))
+    throw ConfigError("--scaling-baseline: file '" + o.scaling_baseline + "' does not exist");
   return parsed;
 }
+
+// --- Data parallel ---------------------------------------------------------------------------------
+namespace {
+
+// What every rank must agree on (checked at start-up by check_same_run): output paths may differ.
+nlohmann::json run_description(const StageSpec& spec, const RunConfig& config, const RunOptions& o, int world_size) {
+  return {{"stage", spec.name},
+          {"world_size", world_size},
+          {"config", to_json(config)},
+          {"flags",
+           {{"no_graph", o.no_graph},
+            {"load_checkpoint", o.load_checkpoint},
+            {"eval_data", o.eval_data},
+            {"eval_every", o.eval_every},
+            {"profile_steps", o.profile_steps},
+            {"dist_timeout_s", o.dist_timeout_s}}}};
+}
+
+// Refuses what data parallel cannot do, before any work; throws ConfigError.
+void check_data_parallel_options(const DistributedEnv& env, const StageSpec& spec, const RunConfig& config,
+                                 const RunOptions& o) {
+  if (!env.enabled) {
+    if (o.dist_timeout_given || !o.scaling_baseline.empty())
+      throw ConfigError(std::string(o.dist_timeout_given ? "--dist-timeout" : "--scaling-baseline") +
+                        " applies to data-parallel runs, and this process was not started by a launcher (no RANK/"
+                        "WORLD_SIZE, OMPI_COMM_WORLD_* or SLURM_PROCID variables): use scripts/launch.sh --nproc N");
+    return;
+  }
+  if (o.eval_only) throw ConfigError("--eval-only is not allowed under a data-parallel launcher: run it as one process");
+  if (config.training.device == "cpu")
+    throw ConfigError("config: field \"training.device\" = \"cpu\" is not allowed under a data-parallel launcher (" +
+                      env.source + " variables are set): data parallel runs one process per GPU over NCCL");
+  if (o.scaling_baseline.empty()) return;
+  const nlohmann::json base = read_json_file(o.scaling_baseline);
+  validate_result_json(base);
+  auto refuse = [&](const std::string& field, const nlohmann::json& theirs, const nlohmann::json& ours) {
+    if (theirs != ours)
+      throw ConfigError("--scaling-baseline '" + o.scaling_baseline + "': its " + field + " is " + theirs.dump() +
+                        ", this run's is " + ours.dump() + "; the baseline must be a 1-GPU run of the same stage, "
+                        "model, dtype and per-GPU batch");
+  };
+  refuse("stage.name", base["stage"]["name"], spec.name);
+  refuse("config.model", base["config"]["model"], to_json(config.model));
+  refuse("training.dtype", base["training"]["dtype"], to_string(config.training.dtype));
+  refuse("training.batch_size", base["training"]["batch_size"], config.training.batch_size);
+  refuse("training.seq_len", base["training"]["seq_len"], config.training.seq_len);
+  refuse("distributed.world_size", base.contains("distributed") ? base["distributed"]["world_size"] : nlohmann::json(1),
+         1);
+}
+
+void fill_scaling_efficiency(nlohmann::json& result, const std::string& baseline_path) {
+  const nlohmann::json base = read_json_file(baseline_path);
+  auto& d = result["distributed"];
+  const double base_tokens = base["summary"]["tokens_per_s"].get<double>();
+  d["scaling_efficiency"] = d["total_tokens_per_s"].get<double>() / (d["world_size"].get<double>() * base_tokens);
+  d["scaling_baseline"] = {{"result", baseline_path}, {"tokens_per_s", base_tokens}};
+}
+
+}  // namespace
 
 int stage_main(int argc, char** argv, const StageSpec& stage) {
   ParsedCommandLine parsed;
@@ -220,6 +296,20 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
     std::cout << to_json(config).dump(2) << std::endl;
     return 0;
   }
+  DistributedEnv dist;  // data parallel when a launcher set its variables
+  try {
+    dist = parse_distributed_env(process_env());
+    check_data_parallel_options(dist, spec, config, options);
+  } catch (const std::exception& e) {
+    std::cerr << spec.name << ": error: " << error_message(e) << std::endl;
+    return 2;
+  }
+  if (dist.enabled && spec.step == StepKind::kGraph) {
+    spec.step = StepKind::kEager;
+    spec.summary += "; this run: data parallel, the step runs eagerly (the Reducer's bucket bookkeeping runs on "
+                    "the host during the backward, which a graph replay cannot repeat)";
+  }
+  const bool writes_files = dist.rank == 0;  // data parallel: rank 0 alone writes results and checkpoints
   const std::string output =
       options.output.empty()
           ? default_output(spec.name + (spec.pitfall ? std::string("_") + stages::pitfall(*spec.pitfall).name : "") +
@@ -230,9 +320,9 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
   // Every file the run would write is checked before any work, under one policy: never replaced without
   // --overwrite.
   for (const auto& refusal :
-       {refuse_existing("--output file", output, options.overwrite),
-        refuse_existing("--profile trace", options.profile_steps > 0 ? trace : "", options.overwrite),
-        refuse_existing("--save-checkpoint file", options.save_checkpoint, options.overwrite)}) {
+       {refuse_existing("--output file", writes_files ? output : "", options.overwrite),
+        refuse_existing("--profile trace", writes_files && options.profile_steps > 0 ? trace : "", options.overwrite),
+        refuse_existing("--save-checkpoint file", writes_files ? options.save_checkpoint : "", options.overwrite)}) {
     if (!refusal) continue;
     std::cerr << spec.name << ": error: " << *refusal << std::endl;
     return 2;
@@ -250,10 +340,26 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
     std::cerr << spec.name << ": error: " << error_message(e) << std::endl;
     return 2;
   }
+  std::unique_ptr<DistributedContext> context;
+  if (dist.enabled) {
+    try {
+      context = std::make_unique<DistributedContext>(dist, DistributedOptions{std::chrono::seconds(options.dist_timeout_s)});
+      check_same_run(context->store(), dist.rank, dist.world_size,
+                     run_description(spec, config, options, dist.world_size));
+    } catch (const ConfigError& e) {
+      std::cerr << spec.name << ": error: rank " << dist.rank << ": " << error_message(e) << std::endl;
+      return 2;
+    } catch (const std::exception& e) {
+      std::cerr << spec.name << ": error: rank " << dist.rank << ": " << error_message(e) << std::endl;
+      return 1;
+    }
+  }
+  std::ostream quiet(nullptr);  // ranks other than 0 train silently
+  std::ostream& log = writes_files ? std::cout : quiet;
   try {
     std::optional<EvalData> eval_data;
     if (!options.eval_data.empty()) eval_data = load_eval_data(options.eval_data, config.training.seq_len);
-    device = resolve_device(config.training.device);
+    device = context ? context->device() : resolve_device(config.training.device);
     if (options.eval_only) {
       const nlohmann::json result =
           evaluate_checkpoint(spec, config, options.load_checkpoint, *eval_data, device, std::cout);
@@ -263,11 +369,19 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
     }
     Trainer trainer(spec, config, device);
     if (!options.load_checkpoint.empty()) trainer.load_checkpoint(options.load_checkpoint);
+    if (context) {
+      broadcast_weights(*context, trainer.model());
+      trainer.use_runner(
+          std::make_unique<DataParallelStep>(*context, trainer.model(), trainer.optimizer(), trainer.precision()));
+    }
     RunExtras extras;
+    extras.distributed = context.get();
     extras.eval_data = std::move(eval_data);
     extras.eval_every = options.eval_every;
     if (options.profile_steps > 0) extras.profile = {options.profile_steps, trace};
-    nlohmann::json result = run_training(trainer, extras, std::cout);
+    nlohmann::json result = run_training(trainer, extras, log);
+    if (!writes_files) return 0;
+    if (!options.scaling_baseline.empty()) fill_scaling_efficiency(result, options.scaling_baseline);
     if (!options.save_checkpoint.empty()) {
       trainer.save_checkpoint(options.save_checkpoint, options.overwrite);
       std::cout << "checkpoint written to " << options.save_checkpoint << std::endl;
@@ -296,9 +410,12 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
               << " MB, peak allocated by this run " << (mem.peak_allocated_bytes >> 20)
               << " MB. No result file was written. Reduce --batch-size or --seq-len.\n"
               << "LibTorch said: " << e.what_without_backtrace() << std::endl;
+    if (context) context->abort();
     return 3;
   } catch (const std::exception& e) {
-    std::cerr << spec.name << ": error: " << error_message(e) << std::endl;
+    std::cerr << spec.name << ": error: " << (context ? "rank " + std::to_string(dist.rank) + ": " : "")
+              << error_message(e) << std::endl;
+    if (context) context->abort();
     return 1;
   }
   return 0;

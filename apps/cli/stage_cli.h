@@ -24,6 +24,10 @@ struct RunOptions {
   int64_t profile_steps = 0;    // --profile: extra steps recorded with Kineto after the measured ones; 0 = off
   bool no_graph = false;        // run a graphed stage's step eagerly (the same kernels, launched one by one)
   std::optional<Pitfall> pitfall;  // --pitfall NAME: the debugging exercise (v3_custom only)
+  // Data parallel (a launcher set RANK/WORLD_SIZE, OMPI_COMM_WORLD_* or SLURM_*): apps/train/distributed.h.
+  int64_t dist_timeout_s = 300;    // rendezvous and NCCL watchdog: a dead or hung rank stops the run after it
+  bool dist_timeout_given = false;
+  std::string scaling_baseline;    // a 1-GPU result JSON: fills in the result's scaling efficiency
 };
 
 struct ParsedCommandLine {

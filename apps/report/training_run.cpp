@@ -24,11 +24,18 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
   const uint64_t data_seed = static_cast<uint64_t>(t.seed) + 1;  // independent of the weight stream
   auto source = t.data.empty() ? make_synthetic_source(config.model.vocab_size, data_seed)
                                : make_text_source(t.data, t.seq_len, data_seed);
+  if (extras.distributed)
+    source = make_sharded_source(std::move(source), t.batch_size, extras.distributed->rank(),
+                                 extras.distributed->world_size());
   Batches batches(std::move(source), t.batch_size, t.seq_len, total, device);
 
   log << "[" << trainer.spec().name << "] config " << config.name << " | " << to_string(t.dtype) << " | device "
       << device.str() << " | batch " << t.batch_size << " x seq " << t.seq_len << " | " << t.warmup_steps
       << " warm-up + " << t.num_steps << " measured steps | data: " << batches.source().describe() << std::endl;
+  if (extras.distributed)
+    log << "[" << trainer.spec().name << "] data parallel: " << extras.distributed->world_size() << " ranks ("
+        << extras.distributed->env().source << ", " << collective_backend_name() << "), global batch "
+        << t.batch_size * extras.distributed->world_size() << ", this log and the result are rank 0's" << std::endl;
 
   std::vector<std::pair<int64_t, EvalResult>> eval_points;  // (run step, result), warm-up steps counted
   auto evaluate_at = [&](int64_t step) {
@@ -50,7 +57,11 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
     // After every measurement (profiler overhead must not reach step_ms); all profiled steps train on one
     // new batch, so the window holds the steps and nothing else.
     batches.next();
-    profile = record_profile(device, extras.profile, [&] { trainer.step(batches.inputs(), batches.labels()); }, log);
+    auto step = [&] { trainer.step(batches.inputs(), batches.labels()); };
+    if (extras.distributed && extras.distributed->rank() != 0)
+      for (int64_t i = 0; i < extras.profile.steps; ++i) step();  // in step with rank 0, which records
+    else
+      profile = record_profile(device, extras.profile, step, log);
   }
 
   nlohmann::json result = build_result(trainer, record, batches.source().describe(), collect_system_info(device));
@@ -64,7 +75,44 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
     result["evaluation"] = std::move(evaluation);
   }
   if (!profile.is_null()) result["profile"] = std::move(profile);
+  if (extras.distributed) result["distributed"] = distributed_report(*extras.distributed, trainer, result);
   return result;
+}
+
+nlohmann::json distributed_report(DistributedContext& context, Trainer& trainer, const nlohmann::json& result) {
+  const auto* runner = dynamic_cast<const DataParallelStep*>(&trainer.runner());
+  if (!runner) throw std::runtime_error("distributed_report: the trainer's steps do not run data parallel");
+  constexpr int kAllreduceRepeats = 20;
+  const double allreduce_ms = context.time_allreduce_ms(runner->gradient_bytes(), kAllreduceRepeats);
+  const double weight_spread = context.max_difference_across_ranks(trainer.model()->parameters());
+  double gradient_bytes = 0;
+  for (const auto& [dtype, bytes] : runner->gradient_bytes()) gradient_bytes += static_cast<double>(bytes);
+  const auto& summary = result.at("summary");
+  const int world = context.world_size();
+  const int64_t batch = trainer.config().training.batch_size;
+  nlohmann::json out;
+  out["world_size"] = world;
+  out["backend"] = collective_backend_name();
+  out["launcher"] = context.env().source;
+  out["per_gpu_batch_size"] = batch;
+  out["global_batch_size"] = batch * world;
+  out["per_gpu_tokens_per_s"] = summary.at("tokens_per_s");
+  out["total_tokens_per_s"] = summary.at("tokens_per_s").get<double>() * world;
+  out["per_gpu_samples_per_s"] = summary.at("samples_per_s");
+  out["total_samples_per_s"] = summary.at("samples_per_s").get<double>() * world;
+  out["gradient_mb_per_step"] = gradient_bytes / (1 << 20);
+  out["allreduce_ms_per_step"] = allreduce_ms;
+  out["allreduce_timing"] =
+      "median of " + std::to_string(kAllreduceRepeats) +
+      " all-reduces of one step's gradients (one buffer per dtype), run alone after training with device events "
+      "on rank 0; inside a step the Reducer's buckets overlap the backward, so a step waits for less than this";
+  out["loss_definition"] = "mean over ranks of each rank's shard loss: the global batch's loss";
+  out["weights_max_diff_across_ranks"] = weight_spread;
+  out["scaling_efficiency"] = nullptr;
+  out["scaling_efficiency_how"] =
+      "total_tokens_per_s / (world_size x tokens_per_s of a 1-GPU run with the same per-GPU batch); "
+      "pass --scaling-baseline <that run's result JSON> to fill it in";
+  return out;
 }
 
 }  // namespace tt

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/report/profiling.h"
+#include "apps/train/distributed.h"
 #include "apps/train/evaluate.h"
 #include "apps/train/trainer.h"
 
@@ -21,9 +22,18 @@ struct RunExtras {
   int64_t eval_every = 0;
   // profile.steps extra steps after the measured ones, recorded with Kineto; the result gains "profile".
   ProfileRequest profile;
+  // Data parallel (the trainer's runner is then a DataParallelStep): this rank trains its shard of every
+  // global batch, only rank 0 profiles, and the result gains a "distributed" object. Every rank must call
+  // run_training (its collectives run on all of them).
+  DistributedContext* distributed = nullptr;
 };
 
 // Trains with the run's data (synthetic tokens or the config's text file), then returns the result JSON.
 nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostream& log);
+
+// The result's "distributed" object for a finished data-parallel run whose result is `result`: world size,
+// backend, per-GPU and total throughput, the gradient all-reduce alone (timed here: collectives on every
+// rank), and how far the ranks' weights are apart (0 when data parallel works).
+nlohmann::json distributed_report(DistributedContext& context, Trainer& trainer, const nlohmann::json& result);
 
 }  // namespace tt

@@ -45,8 +45,13 @@ class Trainer {
   Transformer& model() { return model_; }
   const Transformer& model() const { return model_; }
   Optimizer& optimizer() { return *optimizer_; }
-  StepRunner& runner() { return graphed_ ? static_cast<StepRunner&>(*graphed_) : eager_; }
-  const StepRunner& runner() const { return graphed_ ? static_cast<const StepRunner&>(*graphed_) : eager_; }
+  StepRunner& runner() { return replaced_ ? *replaced_ : graphed_ ? static_cast<StepRunner&>(*graphed_) : eager_; }
+  const StepRunner& runner() const {
+    return replaced_ ? *replaced_ : graphed_ ? static_cast<const StepRunner&>(*graphed_) : eager_;
+  }
+  // Steps run through `runner` from now on (data parallel: apps/train/distributed.h), built on this
+  // trainer's model and optimizer.
+  void use_runner(std::unique_ptr<StepRunner> runner) { replaced_ = std::move(runner); }
   // How this trainer's steps run, for result files (the stage's choice, and why it was not taken).
   std::string step_description() const;
   bool graphed() const { return graphed_ != nullptr; }
@@ -63,6 +68,7 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   EagerStep eager_;
   std::unique_ptr<StepRunner> graphed_;  // null: steps run eagerly
+  std::unique_ptr<StepRunner> replaced_;  // set by use_runner
 };
 
 // Warm-up steps a graphed run needs: at least one eager step on the capture stream, then the capture.

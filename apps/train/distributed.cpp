@@ -1,0 +1,572 @@
+#include "apps/train/distributed.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <iostream>
+#include <limits>
+#include <stdexcept>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+
+// ProcessGroupNCCL.hpp is empty unless LibTorch was built with NCCL (USE_C10D_NCCL, set by the torch_cuda
+// CMake target), and it includes nccl.h, which CMake looked for (TT_HAVE_NCCL_H; see CMakeLists.txt).
+#if defined(USE_C10D_NCCL) && defined(TT_HAVE_NCCL_H)
+#define TT_DATA_PARALLEL 1
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "apps/train/device.h"
+#include "models/scoped_range.h"
+
+namespace tt {
+
+// ---------------------------------------------------------------------------------------------------
+// Launcher variables
+// ---------------------------------------------------------------------------------------------------
+
+EnvLookup process_env() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    if (!value) return std::nullopt;
+    return std::string(value);
+  };
+}
+
+namespace {
+
+// The variables one launcher sets, by role.
+struct LauncherNames {
+  const char* source;
+  const char* rank;
+  const char* world_size;
+  const char* local_rank;
+  const char* local_world_size;
+  bool port_required;  // launch.sh and torchrun always set MASTER_PORT; mpirun and srun know nothing of it
+};
+
+constexpr LauncherNames kTorchrun{"torchrun-style", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", true};
+constexpr LauncherNames kOpenMpi{"Open MPI",
+                                 "OMPI_COMM_WORLD_RANK",
+                                 "OMPI_COMM_WORLD_SIZE",
+                                 "OMPI_COMM_WORLD_LOCAL_RANK",
+                                 "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                 false};
+// Slurm's tasks-per-node variables come as "2(x3),1": the local count is left unknown.
+constexpr LauncherNames kSlurm{"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr, false};
+
+std::string required(const EnvLookup& env, const char* name, const LauncherNames& l, const std::string& why) {
+  const auto value = env(name);
+  if (!value || value->empty())
+    throw ConfigError("environment variable " + std::string(name) + " is " + (value ? "empty" : "not set") + ": " +
+                      l.source + " data parallel (" + l.rank + " or " + l.world_size + " is set) needs it: " + why);
+  return *value;
+}
+
+int parse_int(const std::string& name, const std::string& text, long min, long max, const std::string& allowed) {
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE || value < min || value > max)
+    throw ConfigError("environment variable " + name + " = \"" + text + "\" is not allowed: must be " + allowed);
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
+DistributedEnv parse_distributed_env(const EnvLookup& env) {
+  const LauncherNames* launcher = nullptr;
+  for (const LauncherNames* l : {&kTorchrun, &kOpenMpi, &kSlurm})
+    if (env(l->rank) || env(l->world_size)) {
+      launcher = l;
+      break;
+    }
+  DistributedEnv out;
+  if (!launcher) return out;
+  const LauncherNames& l = *launcher;
+  out.enabled = true;
+  out.source = l.source;
+  const int int_max = std::numeric_limits<int>::max();
+  out.world_size = parse_int(l.world_size, required(env, l.world_size, l, "the number of processes"), 1, int_max,
+                             "an integer >= 1");
+  out.rank = parse_int(l.rank, required(env, l.rank, l, "this process's index"), 0, out.world_size - 1,
+                       "an integer in [0, " + std::string(l.world_size) + " = " + std::to_string(out.world_size) +
+                           ")");
+  out.local_rank = parse_int(l.local_rank, required(env, l.local_rank, l, "this process's GPU on its host"), 0,
+                             out.world_size - 1, "an integer in [0, " + std::to_string(out.world_size) + ")");
+  if (l.local_world_size && env(l.local_world_size)) {
+    out.local_world_size =
+        parse_int(l.local_world_size, *env(l.local_world_size), 1, out.world_size,
+                  "an integer in [1, " + std::string(l.world_size) + " = " + std::to_string(out.world_size) + "]");
+    if (out.local_rank >= out.local_world_size)
+      throw ConfigError("environment variable " + std::string(l.local_rank) + " = " + std::to_string(out.local_rank) +
+                        " is not allowed: must be below " + l.local_world_size + " = " +
+                        std::to_string(out.local_world_size));
+  }
+  out.master_addr = required(env, "MASTER_ADDR", l,
+                             "the host name or address of rank 0's host, which serves the rendezvous "
+                             "(MASTER_ADDR=127.0.0.1 on one host; scripts/launch.sh sets it)");
+  const auto port = env("MASTER_PORT");
+  if (port || l.port_required)
+    out.master_port = parse_int("MASTER_PORT", required(env, "MASTER_PORT", l, "the rendezvous port on MASTER_ADDR"),
+                                1, 65535, "a TCP port in [1, 65535]");
+  else
+    out.master_port = kDefaultMasterPort;
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Sharding
+// ---------------------------------------------------------------------------------------------------
+
+namespace {
+
+class ShardedSource final : public TokenSource {
+ public:
+  ShardedSource(std::unique_ptr<TokenSource> global, int64_t batch, int rank, int world)
+      : global_(std::move(global)), batch_(batch), rank_(rank), world_(world) {}
+
+  void fill(torch::Tensor& rows) override {
+    TORCH_CHECK(rows.size(0) % batch_ == 0, "ShardedSource: ", rows.size(0), " rows are not whole steps of batch ",
+                batch_);
+    const int64_t steps = rows.size(0) / batch_;
+    auto global = torch::empty({steps * batch_ * world_, rows.size(1)}, rows.options());
+    global_->fill(global);
+    rows.copy_(global.view({steps, batch_ * world_, rows.size(1)})
+                   .narrow(1, rank_ * batch_, batch_)
+                   .reshape({steps * batch_, rows.size(1)}));
+  }
+  std::string describe() const override {
+    return global_->describe() + "; global batch " + std::to_string(batch_ * world_) + ", rank " +
+           std::to_string(rank_) + " of " + std::to_string(world_) + " trains rows [" + std::to_string(rank_ * batch_) +
+           ", " + std::to_string((rank_ + 1) * batch_) + ") of each";
+  }
+
+ private:
+  std::unique_ptr<TokenSource> global_;
+  int64_t batch_;
+  int rank_, world_;
+};
+
+}  // namespace
+
+std::unique_ptr<TokenSource> make_sharded_source(std::unique_ptr<TokenSource> global, int64_t per_rank_batch,
+                                                 int rank, int world_size) {
+  TORCH_CHECK(per_rank_batch >= 1 && world_size >= 1 && rank >= 0 && rank < world_size,
+              "make_sharded_source: batch ", per_rank_batch, ", rank ", rank, ", world size ", world_size);
+  return std::make_unique<ShardedSource>(std::move(global), per_rank_batch, rank, world_size);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Start-up agreement
+// ---------------------------------------------------------------------------------------------------
+
+std::vector<std::string> differing_fields(const nlohmann::json& mine, const nlohmann::json& reference,
+                                          const std::string& prefix) {
+  std::vector<std::string> out;
+  if (mine.is_object() && reference.is_object()) {
+    for (const auto& [key, value] : mine.items()) {
+      const std::string path = prefix.empty() ? key : prefix + "." + key;
+      if (!reference.contains(key)) {
+        out.push_back(path + " (" + value.dump() + " here, absent on rank 0)");
+        continue;
+      }
+      const auto nested = differing_fields(value, reference.at(key), path);
+      out.insert(out.end(), nested.begin(), nested.end());
+    }
+    for (const auto& [key, value] : reference.items())
+      if (!mine.contains(key))
+        out.push_back((prefix.empty() ? key : prefix + "." + key) + " (absent here, " + value.dump() + " on rank 0)");
+    return out;
+  }
+  if (mine != reference) out.push_back(prefix + " (" + mine.dump() + " here, " + reference.dump() + " on rank 0)");
+  return out;
+}
+
+std::string run_fingerprint(const nlohmann::json& run) {
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a, 64 bit
+  for (const unsigned char c : run.dump()) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+  return text;
+}
+
+void check_same_run(c10d::Store& store, int rank, int world_size, const nlohmann::json& run) {
+  const std::string key_prefix = "tt/run/";
+  const std::string text = run.dump();
+  store.set(key_prefix + std::to_string(rank), std::vector<uint8_t>(text.begin(), text.end()));
+  auto fetch = [&](int r) {
+    const auto bytes = store.get(key_prefix + std::to_string(r));
+    return nlohmann::json::parse(std::string(bytes.begin(), bytes.end()));
+  };
+  const nlohmann::json reference = fetch(0);
+  std::string problems;
+  for (int r = 1; r < world_size; ++r) {
+    const nlohmann::json other = r == rank ? run : fetch(r);
+    if (other == reference) continue;
+    std::string fields;
+    for (const auto& f : differing_fields(other, reference)) fields += (fields.empty() ? "" : "; ") + f;
+    problems += "\n  rank " + std::to_string(r) + " (fingerprint " + run_fingerprint(other) + ") differs in " +
+                fields;
+  }
+  // Rank 0 serves the store: it waits until every rank has read, so none of them loses the store before it
+  // could report the mismatch itself.
+  store.set(key_prefix + "read/" + std::to_string(rank), std::vector<uint8_t>{1});
+  if (rank == 0) {
+    std::vector<std::string> read;
+    for (int r = 0; r < world_size; ++r) read.push_back(key_prefix + "read/" + std::to_string(r));
+    store.wait(read);
+  }
+  if (!problems.empty())
+    throw ConfigError("the ranks were started with different runs; every rank must run the same stage, config and "
+                      "flags (rank 0's fingerprint " + run_fingerprint(reference) + "):" + problems +
+                      "\n  (\"here\" is that rank's value)");
+}
+
+void check_port_free(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error(std::string("cannot open a socket to check MASTER_PORT: ") + std::strerror(errno));
+  const int yes = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);  // as the store's server does
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  const int rc = ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address);
+  const int error = errno;
+  ::close(fd);
+  if (rc == 0) return;
+  if (error == EADDRINUSE)
+    throw ConfigError("MASTER_PORT = " + std::to_string(port) +
+                      " is not allowed: the port is in use on this host, where rank 0 serves the rendezvous; choose "
+                      "a free port (scripts/launch.sh --master-port P, or MASTER_PORT=P)");
+  throw std::runtime_error("cannot bind MASTER_PORT = " + std::to_string(port) + " on this host: " +
+                           std::strerror(error));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Process group (GPU, NCCL)
+// ---------------------------------------------------------------------------------------------------
+
+bool nccl_available() {
+#ifdef TT_DATA_PARALLEL
+  return true;
+#else
+  return false;
+#endif
+}
+
+const char* collective_backend_name() {
+#if defined(TT_DATA_PARALLEL) && defined(USE_ROCM)
+  return "rccl";
+#elif defined(TT_DATA_PARALLEL)
+  return "nccl";
+#else
+  return "none";
+#endif
+}
+
+struct DistributedContext::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+};
+
+namespace {
+
+std::string error_text(const std::exception& error) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&error)) return c10_error->what_without_backtrace();
+  return error.what();
+}
+
+}  // namespace
+
+#ifdef TT_DATA_PARALLEL
+namespace {
+
+void check_gpus(const DistributedEnv& env) {
+  const int64_t gpus = torch::cuda::device_count();
+  if (gpus == 0)
+    throw ConfigError("data parallel runs one process per GPU, and rank " + std::to_string(env.rank) +
+                      " sees no GPU (CUDA_VISIBLE_DEVICES, or a CPU-only machine)");
+  if (env.local_rank >= gpus)
+    throw ConfigError("LOCAL_RANK = " + std::to_string(env.local_rank) + " (" + env.source +
+                      ") is not allowed: this host has " + std::to_string(gpus) + " GPU" + (gpus == 1 ? "" : "s") +
+                      " (0.." + std::to_string(gpus - 1) + "); start at most " + std::to_string(gpus) +
+                      " processes per host");
+  if (env.local_world_size > gpus)
+    throw ConfigError(std::to_string(env.local_world_size) + " processes on this host (" + env.source +
+                      ") is not allowed: it has " + std::to_string(gpus) + " GPU" + (gpus == 1 ? "" : "s") +
+                      "; start at most " + std::to_string(gpus));
+}
+
+}  // namespace
+#endif
+
+DistributedContext::DistributedContext(const DistributedEnv& env, const DistributedOptions& options)
+    : env_(env), options_(options), impl_(std::make_unique<Impl>()) {
+  TORCH_CHECK(env.enabled && env.world_size >= 1 && env.rank >= 0 && env.rank < env.world_size,
+              "DistributedContext: rank ", env.rank, " of ", env.world_size);
+#ifndef TT_DATA_PARALLEL
+  throw ConfigError(std::string("data parallel (") + env.source +
+                    " variables are set) needs a LibTorch with NCCL and nccl.h at build time; this build has "
+                    "neither (CMake printed why when it configured)");
+#else
+  if (options.timeout.count() < 1)
+    throw ConfigError("--dist-timeout " + std::to_string(options.timeout.count()) +
+                      " is not allowed: must be >= 1 second");
+  check_gpus(env);
+  if (env.rank == 0) check_port_free(env.master_port);
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(env.master_port);
+  so.isServer = env.rank == 0;
+  so.numWorkers = static_cast<size_t>(env.world_size);
+  so.waitWorkers = true;
+  so.timeout = options.timeout;
+  try {
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("rendezvous of " + std::to_string(env.world_size) + " ranks at MASTER_ADDR:MASTER_PORT = " +
+                             env.master_addr + ":" + std::to_string(env.master_port) + " failed within " +
+                             std::to_string(options.timeout.count()) +
+                             " s (--dist-timeout): are all ranks started, and is MASTER_ADDR reachable from every "
+                             "host? c10d said: " + error_text(e));
+  }
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));  // before the first collective
+  // A collective that times out (a dead or hung peer) tears this process down: LibTorch's default since 2.2,
+  // stated here because the bounded wait depends on it (a value the user set is kept).
+  ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3", /*overwrite=*/0);
+  auto prefix = c10::make_intrusive<c10d::PrefixStore>("default_pg/", impl_->store);
+  impl_->group = c10::make_intrusive<c10d::ProcessGroup>(prefix, env.rank, env.world_size);
+  auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+  nccl_options->timeout = options.timeout;  // NCCL's watchdog aborts this process after it
+  auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefix, env.rank, env.world_size, nccl_options);
+  impl_->group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+  impl_->group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+#endif
+}
+
+DistributedContext::~DistributedContext() {
+  if (!impl_->group) return;
+  try {
+    // On the way out of an error the peers may be gone: abort instead of waiting for them.
+    if (std::uncaught_exceptions() > 0)
+      impl_->group->abort();
+    else
+      impl_->group->shutdown();
+  } catch (const std::exception&) {
+    // Nothing left to do for a group that failed to close: the process is ending.
+  }
+}
+
+void DistributedContext::abort() {
+  if (!impl_->group) return;
+  auto group = std::move(impl_->group);
+  try {
+    group->abort();
+  } catch (const std::exception& e) {
+    // Called on the way out of another error, which is the one to report; this one is added to it.
+    std::cerr << "(while stopping after that error, aborting the process group failed too: " << error_text(e) << ")"
+              << std::endl;
+  }
+}
+
+torch::Device DistributedContext::device() const {
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env_.local_rank));
+}
+
+c10d::Store& DistributedContext::store() { return *impl_->store; }
+
+void DistributedContext::broadcast_from_rank0(std::vector<torch::Tensor> tensors) {
+  torch::NoGradGuard no_grad;
+  for (auto& t : tensors) t = t.detach();
+  c10d::broadcast_coalesced(impl_->group, tensors, 250u << 20, 0);
+}
+
+namespace {
+
+void all_reduce(c10d::ProcessGroup& group, torch::Tensor& tensor, c10d::ReduceOp op) {
+  std::vector<torch::Tensor> list{tensor};
+  c10d::AllreduceOptions options;
+  options.reduceOp = op;
+  group.allreduce(list, options)->wait();  // a stream wait, not a host sync
+}
+
+}  // namespace
+
+void DistributedContext::average(torch::Tensor& tensor) { all_reduce(*impl_->group, tensor, c10d::ReduceOp::AVG); }
+
+double DistributedContext::max_difference_across_ranks(const std::vector<torch::Tensor>& tensors) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> flat;
+  for (const auto& t : tensors) flat.push_back(t.detach().to(torch::kFloat32).reshape(-1));
+  auto high = torch::cat(flat), low = high.clone();
+  all_reduce(*impl_->group, high, c10d::ReduceOp::MAX);
+  all_reduce(*impl_->group, low, c10d::ReduceOp::MIN);
+  return (high - low).abs().max().item<double>();
+}
+
+double DistributedContext::time_allreduce_ms(const std::vector<std::pair<torch::Dtype, int64_t>>& bytes_per_dtype,
+                                             int repeats) {
+  TORCH_CHECK(repeats >= 1, "time_allreduce_ms: repeats must be >= 1, got ", repeats);
+  std::vector<torch::Tensor> buffers;
+  for (const auto& [dtype, bytes] : bytes_per_dtype) {
+    const int64_t elements = bytes / static_cast<int64_t>(c10::elementSize(dtype));
+    buffers.push_back(torch::ones({std::max<int64_t>(elements, 1)}, torch::TensorOptions().dtype(dtype).device(device())));
+  }
+  auto once = [&] {
+    for (auto& b : buffers) all_reduce(*impl_->group, b, c10d::ReduceOp::AVG);
+  };
+  once();  // communicators and buffers warm
+  std::vector<double> ms;
+  for (int i = 0; i < repeats; ++i) {
+    // Line the ranks up first, so the timed all-reduce does not include one rank waiting for another.
+    auto token = torch::zeros({1}, torch::TensorOptions().device(device()));
+    all_reduce(*impl_->group, token, c10d::ReduceOp::SUM);
+    synchronize(device());
+    StepTimer timer(device(), 2);
+    timer.mark(0);
+    once();
+    timer.mark(1);
+    ms.push_back(timer.elapsed_ms(0, 1));
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Weights and gradients
+// ---------------------------------------------------------------------------------------------------
+
+void broadcast_weights(DistributedContext& context, Transformer& model) {
+  std::vector<torch::Tensor> state;
+  for (const auto& p : model->parameters()) state.push_back(p);
+  for (const auto& b : model->buffers()) state.push_back(b);
+  context.broadcast_from_rank0(state);
+  model->refresh_compute_copies();
+}
+
+std::vector<torch::Tensor> gradient_leaves(Transformer& model, Precision precision) {
+  const auto parameters = model->parameters();
+  const torch::Device device = parameters.front().device();
+  const int64_t length = std::min<int64_t>(8, model->config().max_seq_len);
+  auto tokens = torch::ones({1, length}, torch::TensorOptions().dtype(torch::kLong).device(device));
+  {
+    AutocastScope autocast(device, precision);
+    auto loss = model->loss(tokens, tokens);
+    loss.backward();
+  }
+  std::vector<torch::Tensor> leaves;
+  for (const auto& p : parameters) {
+    if (p.grad().defined()) leaves.push_back(p);
+    for (const auto& c : model->compute_copies())
+      if (c.master.is_same(p) && c.copy.grad().defined()) leaves.push_back(c.copy);
+  }
+  for (auto p : parameters) p.mutable_grad() = torch::Tensor();
+  for (auto c : model->compute_copies()) c.copy.mutable_grad() = torch::Tensor();
+  return leaves;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The data-parallel step
+// ---------------------------------------------------------------------------------------------------
+
+struct DataParallelStep::State {
+#ifdef TT_DATA_PARALLEL
+  std::unique_ptr<c10d::Reducer> reducer;
+#endif
+};
+
+// Bucket sizes as Python's DDP chooses them: the first iteration all-reduces one bucket per dtype (the
+// order in which gradients become ready is not known yet); then the Reducer rebuilds its buckets in that
+// order, a small first one (so the last layer's gradients start moving at once) and 25 MiB after it.
+constexpr int64_t kFirstBucketBytes = 1 << 20;
+constexpr int64_t kBucketBytes = 25 << 20;
+
+DataParallelStep::DataParallelStep(DistributedContext& context, Transformer model, Optimizer& optimizer,
+                                   Precision precision)
+    : context_(context),
+      model_(std::move(model)),
+      optimizer_(optimizer),
+      precision_(precision),
+      device_(model_->parameters().front().device()),
+      state_(std::make_unique<State>()) {
+#ifndef TT_DATA_PARALLEL
+  TORCH_CHECK(false, "DataParallelStep: this build has no NCCL");
+#else
+  const auto leaves = gradient_leaves(model_, precision_);
+  for (const auto& leaf : leaves) {
+    const auto dtype = leaf.scalar_type();
+    auto it = std::find_if(gradient_bytes_.begin(), gradient_bytes_.end(), [&](auto& e) { return e.first == dtype; });
+    if (it == gradient_bytes_.end()) it = gradient_bytes_.insert(gradient_bytes_.end(), {dtype, 0});
+    it->second += leaf.numel() * static_cast<int64_t>(leaf.element_size());
+  }
+  auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
+      leaves, {std::numeric_limits<size_t>::max()}, std::vector<bool>(leaves.size(), false));
+  std::reverse(buckets.begin(), buckets.end());
+  state_->reducer = std::make_unique<c10d::Reducer>(
+      leaves, std::move(buckets), context.impl().group, std::vector<bool>(leaves.size(), false), kBucketBytes,
+      /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/false,
+      std::unordered_map<size_t, std::string>{}, kFirstBucketBytes, /*skip_all_reduce_unused_params=*/false,
+      /*use_python_reducer=*/false, std::vector<int64_t>{});
+#endif
+}
+
+DataParallelStep::~DataParallelStep() = default;
+
+#ifndef TT_DATA_PARALLEL
+torch::Tensor DataParallelStep::step(const torch::Tensor&, const torch::Tensor&, StepTimer*) {
+  throw std::logic_error("DataParallelStep: this build has no NCCL");  // its constructor refused already
+}
+#else
+torch::Tensor DataParallelStep::step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) {
+  auto& reducer = *state_->reducer;
+  if (timer) timer->mark(kStepStart);
+  torch::Tensor loss;
+  {
+    ScopedRange range("forward");
+    // In the order Python's DDP calls them. rebuild_buckets is a no-op except in the second step, where it
+    // re-buckets in the order the first backward produced gradients (a collective, on every rank alike).
+    reducer.prepare_for_forward();
+    reducer.rebuild_buckets();
+    AutocastScope autocast(device_, precision_);
+    loss = model_->loss(inputs, labels);
+  }
+  if (timer) timer->mark(kAfterForward);
+  {
+    // The Reducer's hooks all-reduce each bucket as its gradients become ready; the backward returns after
+    // the last bucket's all-reduce is queued and the current stream waits for all of them.
+    ScopedRange range("backward");
+    reducer.prepare_for_backward({loss});
+    loss.backward();
+  }
+  if (timer) timer->mark(kAfterBackward);
+  torch::Tensor mean;
+  {
+    ScopedRange range("optimizer");
+    optimizer_.step();
+    optimizer_.zero_grad();
+    mean = loss.detach().to(torch::kFloat32).clone();
+    context_.average(mean);  // the global batch's loss on every rank
+  }
+  if (timer) timer->mark(kStepEnd);
+  return mean;
+}
+#endif
+
+}  // namespace tt

@@ -1,0 +1,173 @@
+// Data parallel on LibTorch's own distributed engine, c10d: one process per GPU, a TCPStore rendezvous at
+// MASTER_ADDR:MASTER_PORT, ProcessGroupNCCL (RCCL in ROCm builds of LibTorch) for the collectives, and
+// c10d's Reducer, which is what Python's DistributedDataParallel drives: autograd hooks that all-reduce
+// each bucket of gradients as soon as its last gradient is ready, so communication overlaps the rest of
+// the backward. Each rank draws the whole global batch from the shared seed and keeps its own rows.
+//
+// The plain parts (reading the launcher's variables, sharding, comparing configs) need no GPU and are
+// tested on the CPU; the rest needs a GPU and a LibTorch built with NCCL.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "apps/train/data.h"
+#include "apps/train/optimizer.h"
+#include "apps/train/step.h"
+#include "models/config.h"
+#include "models/transformer.h"
+
+namespace c10d {
+class Store;
+}
+
+namespace tt {
+
+// ---------------------------------------------------------------------------------------------------
+// Who this process is, from the variables its launcher set
+// ---------------------------------------------------------------------------------------------------
+
+struct DistributedEnv {
+  bool enabled = false;        // false: no launcher variables, a plain single-process run
+  std::string source;          // "torchrun-style" | "Open MPI" | "Slurm"
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;          // the GPU index on this host
+  int local_world_size = -1;   // processes on this host; -1 when the launcher does not say
+  std::string master_addr;
+  int master_port = 0;
+};
+
+constexpr int kDefaultMasterPort = 29500;
+
+// Looks a variable up; std::nullopt when unset.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+EnvLookup process_env();
+
+// Reads, in this order of precedence: RANK/WORLD_SIZE/LOCAL_RANK (scripts/launch.sh, torchrun), then
+// OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK/_LOCAL_SIZE (mpirun), then SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID
+// (srun); MASTER_ADDR and MASTER_PORT with each (the port defaults to 29500 under mpirun and srun).
+// None of them set: enabled = false. Throws ConfigError naming the variable, its value and what is
+// allowed for a missing, non-numeric or out-of-range value.
+DistributedEnv parse_distributed_env(const EnvLookup& lookup);
+
+// ---------------------------------------------------------------------------------------------------
+// Sharding: every rank draws the global batch and keeps rows [rank * B, (rank + 1) * B) of each step
+// ---------------------------------------------------------------------------------------------------
+
+// Wraps a source that fills [n * B * world, S + 1] global rows (n steps of a global batch of B * world)
+// and keeps this rank's B rows of every step. The union of all ranks' rows is exactly what a single
+// process with batch B * world draws from the same seed.
+std::unique_ptr<TokenSource> make_sharded_source(std::unique_ptr<TokenSource> global, int64_t per_rank_batch,
+                                                 int rank, int world_size);
+
+// ---------------------------------------------------------------------------------------------------
+// Start-up agreement: every rank must run the same stage and effective config
+// ---------------------------------------------------------------------------------------------------
+
+// The dotted paths ("training.batch_size") where two JSON objects differ, each with both values.
+std::vector<std::string> differing_fields(const nlohmann::json& mine, const nlohmann::json& reference,
+                                          const std::string& prefix = "");
+// A short fingerprint of a run description (FNV-1a of its compact dump, hex).
+std::string run_fingerprint(const nlohmann::json& run);
+
+// Publishes `run` under this rank on the store and compares every rank's with rank 0's. Throws ConfigError
+// naming each differing rank and its fields. Waits for all ranks (the store's timeout bounds the wait); rank 0,
+// which serves the store, returns only after every rank has read every run.
+void check_same_run(c10d::Store& store, int rank, int world_size, const nlohmann::json& run);
+
+// Rank 0's side of the rendezvous: throws ConfigError naming MASTER_PORT when the port is taken on this host.
+void check_port_free(int port);
+
+// ---------------------------------------------------------------------------------------------------
+// The process group and the data-parallel step (GPU, NCCL)
+// ---------------------------------------------------------------------------------------------------
+
+// Whether this build can run data parallel on GPUs (LibTorch with c10d and NCCL/RCCL, nccl.h found).
+bool nccl_available();
+// "nccl" or "rccl" (ROCm builds); "none" without it.
+const char* collective_backend_name();
+
+struct DistributedOptions {
+  std::chrono::seconds timeout{300};  // rendezvous, and NCCL's watchdog for a collective that never ends
+};
+
+class DistributedContext {
+ public:
+  // Rendezvous through a TCPStore (rank 0 serves it), then the NCCL process group on GPU env.local_rank,
+  // which becomes the current device. Checks before anything else: a GPU for every local rank, the port.
+  // Collectives that do not finish within options.timeout abort this process (NCCL's watchdog), so a
+  // dead or hung rank never hangs the others forever.
+  DistributedContext(const DistributedEnv& env, const DistributedOptions& options);
+  ~DistributedContext();
+  DistributedContext(const DistributedContext&) = delete;
+  DistributedContext& operator=(const DistributedContext&) = delete;
+
+  const DistributedEnv& env() const { return env_; }
+  int rank() const { return env_.rank; }
+  int world_size() const { return env_.world_size; }
+  torch::Device device() const;
+  c10d::Store& store();
+  std::chrono::seconds timeout() const { return options_.timeout; }
+  // On an error: tears the communicators down without waiting for the other ranks (which may be gone).
+  void abort();
+
+  // Rank 0's values of `tensors` on every rank (coalesced broadcast).
+  void broadcast_from_rank0(std::vector<torch::Tensor> tensors);
+  // In place: the mean over ranks (no host sync).
+  void average(torch::Tensor& tensor);
+  // max over ranks of max |a_rank - a_0| over all tensors, read on the host (a sync): 0 when every rank
+  // holds the same values.
+  double max_difference_across_ranks(const std::vector<torch::Tensor>& tensors);
+  // Median milliseconds of one all-reduce of `bytes_per_dtype` worth of gradients (one flat buffer per
+  // dtype, as the Reducer's buckets are per dtype), measured alone with device events after `warmup` runs.
+  double time_allreduce_ms(const std::vector<std::pair<torch::Dtype, int64_t>>& bytes_per_dtype, int repeats);
+
+  struct Impl;  // the c10d objects, kept out of this header
+  Impl& impl() { return *impl_; }
+
+ private:
+  DistributedEnv env_;
+  DistributedOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Rank 0's weights (and, in bf16 stages, the compute copies refreshed from them) on every rank.
+void broadcast_weights(DistributedContext& context, Transformer& model);
+
+// The leaves of the model that receive a gradient in a step at `precision`: parameters, or in bf16 stages
+// with compute copies, the copies (and the masters the forward also reads, such as a tied embedding).
+// Found by one forward and backward on a tiny batch, so no stage's layout is assumed; gradients are reset.
+std::vector<torch::Tensor> gradient_leaves(Transformer& model, Precision precision);
+
+// The eager step with the Reducer's gradient all-reduce overlapping the backward; the returned loss is the
+// mean over ranks (one more small all-reduce), so every rank records the global batch's loss.
+class DataParallelStep final : public StepRunner {
+ public:
+  DataParallelStep(DistributedContext& context, Transformer model, Optimizer& optimizer, Precision precision);
+  ~DataParallelStep() override;
+  torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) override;
+  bool times_phases() const override { return true; }
+  const char* describe() const override { return "eager, data parallel (c10d Reducer)"; }
+  // Bytes of gradients all-reduced per step, per dtype.
+  const std::vector<std::pair<torch::Dtype, int64_t>>& gradient_bytes() const { return gradient_bytes_; }
+
+ private:
+  struct State;
+  DistributedContext& context_;
+  Transformer model_;
+  Optimizer& optimizer_;
+  Precision precision_;
+  torch::Device device_;
+  std::vector<std::pair<torch::Dtype, int64_t>> gradient_bytes_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace tt

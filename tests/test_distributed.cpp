@@ -1,0 +1,339 @@
+// Data parallel without a GPU: the launcher variables, the sharding of every global batch, the start-up
+// agreement over a real TCPStore (ranks as threads), the port check and the command line's refusals.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <map>
+#include <thread>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "apps/cli/stage_cli.h"
+#include "apps/train/distributed.h"
+#include "helpers.h"
+
+namespace tt {
+namespace {
+
+EnvLookup env_of(const std::map<std::string, std::string>& vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no ConfigError thrown)";
+}
+
+#define EXPECT_MENTIONS(text, fragment) \
+  EXPECT_NE((text).find(fragment), std::string::npos) << "expected \"" << (fragment) << "\" in: " << (text)
+
+const std::map<std::string, std::string> kTorchrun = {{"RANK", "1"},        {"WORLD_SIZE", "4"},
+                                                      {"LOCAL_RANK", "1"},  {"LOCAL_WORLD_SIZE", "2"},
+                                                      {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29511"}};
+
+std::map<std::string, std::string> with(std::map<std::string, std::string> vars, const std::string& name,
+                                        const std::optional<std::string>& value) {
+  if (value)
+    vars[name] = *value;
+  else
+    vars.erase(name);
+  return vars;
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+TEST(DistributedEnv, NoLauncherVariablesMeansOneProcess) {
+  const auto env = parse_distributed_env(env_of({{"MASTER_ADDR", "x"}, {"PATH", "/bin"}}));
+  EXPECT_FALSE(env.enabled);
+  EXPECT_EQ(env.world_size, 1);
+  EXPECT_EQ(env.rank, 0);
+}
+
+TEST(DistributedEnv, TorchrunStyle) {
+  const auto env = parse_distributed_env(env_of(kTorchrun));
+  EXPECT_TRUE(env.enabled);
+  EXPECT_EQ(env.source, "torchrun-style");
+  EXPECT_EQ(env.rank, 1);
+  EXPECT_EQ(env.world_size, 4);
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_EQ(env.local_world_size, 2);
+  EXPECT_EQ(env.master_addr, "node0");
+  EXPECT_EQ(env.master_port, 29511);
+}
+
+TEST(DistributedEnv, OpenMpi) {
+  const auto env = parse_distributed_env(env_of({{"OMPI_COMM_WORLD_RANK", "3"},
+                                                 {"OMPI_COMM_WORLD_SIZE", "8"},
+                                                 {"OMPI_COMM_WORLD_LOCAL_RANK", "3"},
+                                                 {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                                                 {"MASTER_ADDR", "10.0.0.1"}}));
+  EXPECT_EQ(env.source, "Open MPI");
+  EXPECT_EQ(env.rank, 3);
+  EXPECT_EQ(env.world_size, 8);
+  EXPECT_EQ(env.local_rank, 3);
+  EXPECT_EQ(env.local_world_size, 4);
+  EXPECT_EQ(env.master_addr, "10.0.0.1");
+  EXPECT_EQ(env.master_port, kDefaultMasterPort);  // mpirun knows nothing of MASTER_PORT
+}
+
+TEST(DistributedEnv, Slurm) {
+  const auto env = parse_distributed_env(env_of({{"SLURM_PROCID", "5"},
+                                                 {"SLURM_NTASKS", "6"},
+                                                 {"SLURM_LOCALID", "1"},
+                                                 {"MASTER_ADDR", "gpu-07"},
+                                                 {"MASTER_PORT", "29600"}}));
+  EXPECT_EQ(env.source, "Slurm");
+  EXPECT_EQ(env.rank, 5);
+  EXPECT_EQ(env.world_size, 6);
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_EQ(env.local_world_size, -1);
+  EXPECT_EQ(env.master_port, 29600);
+}
+
+TEST(DistributedEnv, TorchrunVariablesTakePrecedence) {
+  auto vars = kTorchrun;
+  vars["OMPI_COMM_WORLD_RANK"] = "0";
+  vars["OMPI_COMM_WORLD_SIZE"] = "2";
+  vars["SLURM_PROCID"] = "7";
+  const auto env = parse_distributed_env(env_of(vars));
+  EXPECT_EQ(env.source, "torchrun-style");
+  EXPECT_EQ(env.rank, 1);
+}
+
+TEST(DistributedEnv, MissingOrBadValuesNameTheVariable) {
+  auto message = [](const std::map<std::string, std::string>& vars) {
+    return error_of([&] { parse_distributed_env(env_of(vars)); });
+  };
+  std::string m = message(with(kTorchrun, "MASTER_ADDR", std::nullopt));
+  EXPECT_MENTIONS(m, "MASTER_ADDR is not set");
+  EXPECT_MENTIONS(m, "127.0.0.1");
+  EXPECT_MENTIONS(message(with(kTorchrun, "MASTER_ADDR", "")), "MASTER_ADDR is empty");
+  EXPECT_MENTIONS(message(with(kTorchrun, "MASTER_PORT", std::nullopt)), "MASTER_PORT is not set");
+  EXPECT_MENTIONS(message(with(kTorchrun, "MASTER_PORT", "70000")),
+                  "MASTER_PORT = \"70000\" is not allowed: must be a TCP port in [1, 65535]");
+  EXPECT_MENTIONS(message(with(kTorchrun, "WORLD_SIZE", "two")),
+                  "WORLD_SIZE = \"two\" is not allowed: must be an integer >= 1");
+  EXPECT_MENTIONS(message(with(kTorchrun, "WORLD_SIZE", "0")), "WORLD_SIZE = \"0\" is not allowed");
+  EXPECT_MENTIONS(message(with(kTorchrun, "RANK", "4")),
+                  "RANK = \"4\" is not allowed: must be an integer in [0, WORLD_SIZE = 4)");
+  EXPECT_MENTIONS(message(with(kTorchrun, "RANK", "-1")), "RANK = \"-1\" is not allowed");
+  EXPECT_MENTIONS(message(with(kTorchrun, "RANK", "1x")), "RANK = \"1x\" is not allowed");
+  EXPECT_MENTIONS(message(with(kTorchrun, "LOCAL_RANK", std::nullopt)), "LOCAL_RANK is not set");
+  EXPECT_MENTIONS(message(with(kTorchrun, "LOCAL_RANK", "2")), "LOCAL_RANK = 2 is not allowed: must be below LOCAL_WORLD_SIZE = 2");
+  EXPECT_MENTIONS(message(with(kTorchrun, "RANK", std::nullopt)), "RANK is not set");
+  EXPECT_MENTIONS(message({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}}),
+                  "MASTER_ADDR is not set: Open MPI data parallel");
+  EXPECT_MENTIONS(message({{"SLURM_PROCID", "0"}, {"MASTER_ADDR", "x"}}), "SLURM_NTASKS is not set");
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+// Every step's rows of all ranks, in rank order, are the rows one process with the global batch draws.
+void expect_shards_make_the_global_batch(const std::function<std::unique_ptr<TokenSource>()>& make_source) {
+  constexpr int64_t kPerRank = 2, kSeq = 16, kSteps = 5;
+  constexpr int kWorld = 3;
+  Batches global(make_source(), kPerRank * kWorld, kSeq, kSteps, torch::kCPU);
+  std::vector<std::unique_ptr<Batches>> ranks;
+  for (int r = 0; r < kWorld; ++r)
+    ranks.push_back(std::make_unique<Batches>(make_sharded_source(make_source(), kPerRank, r, kWorld), kPerRank, kSeq,
+                                              kSteps, torch::kCPU));
+  for (int64_t step = 0; step < kSteps; ++step) {
+    global.next();
+    std::vector<torch::Tensor> inputs, labels;
+    for (auto& b : ranks) {
+      b->next();
+      inputs.push_back(b->inputs().clone());
+      labels.push_back(b->labels().clone());
+    }
+    EXPECT_TRUE(torch::equal(torch::cat(inputs), global.inputs())) << "step " << step;
+    EXPECT_TRUE(torch::equal(torch::cat(labels), global.labels())) << "step " << step;
+    EXPECT_FALSE(torch::equal(inputs[0], inputs[1])) << "ranks 0 and 1 got the same rows at step " << step;
+  }
+}
+
+TEST(Sharding, UnionOfShardsIsTheGlobalBatchSynthetic) {
+  expect_shards_make_the_global_batch([] { return make_synthetic_source(1000, 7); });
+}
+
+TEST(Sharding, UnionOfShardsIsTheGlobalBatchText) {
+  const std::string path = std::string(TT_SOURCE_DIR) + "/README.md";
+  expect_shards_make_the_global_batch([&] { return make_text_source(path, 16, 7); });
+}
+
+TEST(Sharding, DescribesTheShard) {
+  auto source = make_sharded_source(make_synthetic_source(100, 1), 4, 1, 2);
+  EXPECT_MENTIONS(source->describe(), "global batch 8, rank 1 of 2 trains rows [4, 8)");
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+TEST(RunAgreement, DifferingFieldsNamePathsAndBothValues) {
+  const nlohmann::json reference = {{"stage", "v1"}, {"config", {{"training", {{"batch_size", 8}, {"seed", 1}}}}}};
+  nlohmann::json mine = reference;
+  mine["config"]["training"]["batch_size"] = 16;
+  mine["extra"] = true;
+  const auto diff = differing_fields(mine, reference);
+  ASSERT_EQ(diff.size(), 2u);
+  EXPECT_EQ(diff[0], "config.training.batch_size (16 here, 8 on rank 0)");
+  EXPECT_EQ(diff[1], "extra (true here, absent on rank 0)");
+  EXPECT_TRUE(differing_fields(reference, reference).empty());
+  EXPECT_NE(run_fingerprint(mine), run_fingerprint(reference));
+  EXPECT_EQ(run_fingerprint(reference), run_fingerprint(nlohmann::json(reference)));
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+// Runs check_same_run on `runs.size()` ranks, each a thread with its own TCPStore client (rank 0 serves),
+// and returns each rank's error message ("" when it passed).
+std::vector<std::string> agree(const std::vector<nlohmann::json>& runs) {
+  const int world = static_cast<int>(runs.size());
+  const int port = free_port();
+  std::vector<std::string> errors(runs.size());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        c10d::TCPStoreOptions options;
+        options.port = static_cast<uint16_t>(port);
+        options.isServer = r == 0;
+        options.numWorkers = static_cast<size_t>(world);
+        options.timeout = std::chrono::seconds(30);
+        c10d::TCPStore store("127.0.0.1", options);
+        check_same_run(store, r, world, runs[static_cast<size_t>(r)]);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = std::string(dynamic_cast<const ConfigError*>(&e) ? "" : "NOT A CONFIG ERROR: ") +
+                                         e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+nlohmann::json a_run() {
+  return {{"stage", "v2_fused"}, {"world_size", 3}, {"config", to_json(testing::smoke_config())}};
+}
+
+TEST(RunAgreement, SameRunsPass) {
+  for (const auto& error : agree({a_run(), a_run(), a_run()})) EXPECT_EQ(error, "");
+}
+
+TEST(RunAgreement, EveryRankNamesTheDifferingRankAndFields) {
+  auto other = a_run();
+  other["config"]["training"]["batch_size"] = 16;
+  other["stage"] = "v3_custom";
+  const auto errors = agree({a_run(), a_run(), other});
+  for (size_t r = 0; r < errors.size(); ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_MENTIONS(errors[r], "the ranks were started with different runs");
+    EXPECT_MENTIONS(errors[r], "rank 2 (fingerprint " + run_fingerprint(other) + ") differs in");
+    EXPECT_MENTIONS(errors[r], "config.training.batch_size (16 here, 4 on rank 0)");
+    EXPECT_MENTIONS(errors[r], "stage (\"v3_custom\" here, \"v2_fused\" on rank 0)");
+    EXPECT_EQ(errors[r].find("rank 1 ("), std::string::npos) << "rank 1 agrees with rank 0: " << errors[r];
+  }
+}
+
+TEST(RunAgreement, PortInUseIsNamed) {
+  const int port = free_port();
+  EXPECT_NO_THROW(check_port_free(port));
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  const std::string m = error_of([&] { check_port_free(port); });
+  ::close(fd);
+  EXPECT_MENTIONS(m, "MASTER_PORT = " + std::to_string(port) + " is not allowed: the port is in use on this host");
+  EXPECT_MENTIONS(m, "--master-port");
+}
+
+TEST(DistributedContext, RefusesAHostWithoutGpusOrNccl) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has a GPU; the GPU suite tests the GPU count check";
+  DistributedEnv env = parse_distributed_env(env_of(kTorchrun));
+  const std::string m = error_of([&] { DistributedContext context(env, {}); });
+  if (nccl_available())
+    EXPECT_MENTIONS(m, "rank 1 sees no GPU");
+  else
+    EXPECT_MENTIONS(m, "needs a LibTorch with NCCL and nccl.h at build time");
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+// stage_main reads the process environment: set for one test, then restored.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const std::map<std::string, std::string>& vars) {
+    for (const auto& [name, value] : vars) {
+      const char* old = std::getenv(name.c_str());
+      saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
+      ::setenv(name.c_str(), value.c_str(), 1);
+    }
+  }
+  ~ScopedEnv() {
+    for (const auto& [name, value] : saved_)
+      value ? ::setenv(name.c_str(), value->c_str(), 1) : ::unsetenv(name.c_str());
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+std::pair<int, std::string> run_stage(std::vector<const char*> argv) {
+  ::testing::internal::CaptureStderr();
+  const int code = stage_main(static_cast<int>(argv.size()), const_cast<char**>(argv.data()), stages::v2_fused());
+  return {code, ::testing::internal::GetCapturedStderr()};
+}
+
+TEST(DataParallelCommandLine, RefusalsBeforeAnyWork) {
+  {
+    auto [code, err] = run_stage({"v2_fused", "--device", "cpu", "--dist-timeout", "0"});
+    EXPECT_EQ(code, 2);
+    EXPECT_MENTIONS(err, "--dist-timeout 0 is not allowed: must be >= 1 second");
+  }
+  {
+    auto [code, err] = run_stage({"v2_fused", "--device", "cpu", "--dist-timeout", "30"});
+    EXPECT_EQ(code, 2);
+    EXPECT_MENTIONS(err, "--dist-timeout applies to data-parallel runs");
+  }
+  {
+    ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_PORT", "29500"},
+                   {"MASTER_ADDR", "restored afterwards"}});
+    ::unsetenv("MASTER_ADDR");
+    auto [code, err] = run_stage({"v2_fused", "--device", "cpu"});
+    EXPECT_EQ(code, 2);
+    EXPECT_MENTIONS(err, "MASTER_ADDR is not set");
+  }
+  {
+    ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"},
+                   {"MASTER_PORT", "29500"}});
+    auto [code, err] = run_stage({"v2_fused", "--device", "cpu"});
+    EXPECT_EQ(code, 2);
+    EXPECT_MENTIONS(err, "\"training.device\" = \"cpu\" is not allowed under a data-parallel launcher");
+  }
+}
+
+}  // namespace
+}  // namespace tt

@@ -1,0 +1,355 @@
+// Data parallel on GPUs (label `gpu`). With one GPU: a world of one NCCL rank trains exactly like a plain
+// run, in-process and through scripts/launch.sh, and bad starts are refused. With two GPUs or more (skipped
+// otherwise, saying so): two ranks equal one rank with the same global batch, their weights stay
+// identical, differing configs are named, and a killed rank ends the run without a result file.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "apps/report/results.h"
+#include "apps/report/training_run.h"
+#include "apps/train/distributed.h"
+#include "tests/helpers.h"
+
+namespace tt {
+namespace {
+
+namespace fs = std::filesystem;
+
+#define TT_REQUIRE_NCCL_GPUS(n)                                                                              \
+  do {                                                                                                       \
+    if (!nccl_available()) GTEST_SKIP() << "this build has no NCCL (CMake said why when it configured)";     \
+    if (torch::cuda::device_count() < (n))                                                                   \
+      GTEST_SKIP() << "needs " << (n) << " GPU(s), this machine has "                                     \
+                   << static_cast<int>(torch::cuda::device_count());                                         \
+  } while (0)
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+DistributedEnv one_rank(int port) {
+  DistributedEnv env;
+  env.enabled = true;
+  env.source = "test";
+  env.master_addr = "127.0.0.1";
+  env.master_port = port;
+  return env;
+}
+
+RunConfig gpu_config(Precision precision) {
+  RunConfig c = testing::smoke_config();
+  c.training.device = "cuda";
+  c.training.dtype = precision;
+  c.training.warmup_steps = 2;
+  c.training.num_steps = 8;
+  c.training.grad_clip = 1.0;
+  return c;
+}
+
+StageSpec eager(StageSpec spec) {
+  spec.step = StepKind::kEager;
+  return spec;
+}
+
+struct Trained {
+  nlohmann::json result;
+  std::map<std::string, torch::Tensor> weights;
+};
+
+Trained train_plain(const StageSpec& spec, const RunConfig& config) {
+  std::ostringstream log;
+  Trainer trainer(spec, config, torch::Device(torch::kCUDA, 0));
+  auto result = run_training(trainer, {}, log);
+  return {result, trainer.model()->canonical_state()};
+}
+
+Trained train_one_rank(const StageSpec& spec, const RunConfig& config) {
+  std::ostringstream log;
+  DistributedContext context(one_rank(free_port()), {std::chrono::seconds(60)});  // outlives the trainer
+  Trainer trainer(spec, config, context.device());
+  broadcast_weights(context, trainer.model());
+  trainer.use_runner(
+      std::make_unique<DataParallelStep>(context, trainer.model(), trainer.optimizer(), trainer.precision()));
+  RunExtras extras;
+  extras.distributed = &context;
+  auto result = run_training(trainer, extras, log);
+  return {result, trainer.model()->canonical_state()};
+}
+
+double largest_relative_difference(const nlohmann::json& a, const nlohmann::json& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const double x = a[i].get<double>(), y = b[i].get<double>();
+    worst = std::max(worst, std::abs(x - y) / std::abs(y));
+  }
+  return worst;
+}
+
+// One NCCL rank: the Reducer's all-reduce of one is a copy and the mean loss over one rank is the loss, so
+// the losses and weights are those of the plain eager run (bitwise, where the same kernels run).
+TEST(DataParallelGpu, OneRankEqualsThePlainRun) {
+  TT_REQUIRE_NCCL_GPUS(1);
+  struct Case {
+    StageSpec spec;
+    Precision precision;
+  };
+  // v4 in bf16: compute copies, so the Reducer all-reduces the bf16 copies' gradients and the tied
+  // embedding's fp32 one (gradient_leaves).
+  for (const auto& [spec, precision] : {Case{stages::v1_baseline(), Precision::kFp32},
+                                        Case{stages::v3_custom(), Precision::kFp32},
+                                        Case{eager(stages::v4_ultra()), Precision::kBf16}}) {
+    SCOPED_TRACE(spec.name + " " + to_string(precision));
+    const auto plain = train_plain(spec, gpu_config(precision));
+    const auto parallel = train_one_rank(spec, gpu_config(precision));
+    EXPECT_LE(largest_relative_difference(parallel.result["losses"], plain.result["losses"]), 1e-6);
+    for (const auto& [name, w] : plain.weights) EXPECT_LE(testing::rel_error(parallel.weights.at(name), w), 1e-6) << name;
+    const auto& d = parallel.result["distributed"];
+    EXPECT_EQ(d["world_size"], 1);
+    EXPECT_EQ(d["backend"], collective_backend_name());
+    EXPECT_EQ(d["weights_max_diff_across_ranks"], 0.0);
+    EXPECT_GT(d["gradient_mb_per_step"].get<double>(), 0.0);
+    EXPECT_TRUE(std::isfinite(d["allreduce_ms_per_step"].get<double>()));
+    EXPECT_EQ(d["total_tokens_per_s"], d["per_gpu_tokens_per_s"]);
+    EXPECT_NO_THROW(validate_result_json(parallel.result));
+  }
+}
+
+TEST(DataParallelGpu, MoreLocalRanksThanGpusIsRefused) {
+  TT_REQUIRE_NCCL_GPUS(1);
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  DistributedEnv env = one_rank(free_port());
+  env.world_size = gpus + 1;
+  env.rank = env.local_rank = gpus;
+  try {
+    DistributedContext context(env, {std::chrono::seconds(5)});
+    ADD_FAILURE() << "no error for LOCAL_RANK " << gpus;
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("LOCAL_RANK = " + std::to_string(gpus) + " (test) is not allowed: this host has " +
+                     std::to_string(gpus) + " GPU"),
+              std::string::npos)
+        << m;
+  }
+}
+
+TEST(DataParallelGpu, PortInUseIsRefused) {
+  TT_REQUIRE_NCCL_GPUS(1);
+  const int port = free_port();
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  std::string message = "(no ConfigError)";
+  try {
+    DistributedContext context(one_rank(port), {std::chrono::seconds(5)});
+  } catch (const ConfigError& e) {
+    message = e.what();
+  }
+  ::close(fd);
+  EXPECT_NE(message.find("MASTER_PORT = " + std::to_string(port) + " is not allowed: the port is in use"),
+            std::string::npos)
+      << message;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Through the executables and scripts/launch.sh
+// ---------------------------------------------------------------------------------------------------
+
+fs::path build_dir() { return fs::canonical("/proc/self/exe").parent_path().parent_path(); }  // build/tests/..
+std::string launcher() { return std::string(TT_SOURCE_DIR) + "/scripts/launch.sh"; }
+std::string smoke_json() { return std::string(TT_SOURCE_DIR) + "/configs/smoke.json"; }
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("tt_dp_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// Runs a bash script; returns its exit status (128 + signal when it was killed).
+int shell(const std::string& script) {
+  const fs::path file = fs::temp_directory_path() / ("tt_dp_script_" + std::to_string(::getpid()) + ".sh");
+  std::ofstream(file) << script << "\n";
+  const int status = std::system(("bash " + file.string()).c_str());
+  fs::remove(file);
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string stage_flags(int64_t batch, const fs::path& output) {
+  return "--config " + smoke_json() + " --device cuda --batch-size " + std::to_string(batch) +
+         " --warmup-steps 2 --num-steps 8 --log-every 1 --output " + output.string();
+}
+
+// scripts/launch.sh --nproc 1 runs the binary as rank 0 of a world of one: the plain binary's losses.
+TEST(DataParallelGpu, LauncherWithOneProcessEqualsThePlainBinary) {
+  TT_REQUIRE_NCCL_GPUS(1);
+  const fs::path dir = fresh_dir("one");
+  for (const std::string stage : {"v1_baseline", "v4_ultra"}) {
+    SCOPED_TRACE(stage);
+    const std::string binary = (build_dir() / stage).string();
+    const std::string no_graph = stage == "v4_ultra" ? " --no-graph" : "";  // the launched run steps eagerly
+    ASSERT_EQ(shell(binary + " " + stage_flags(4, dir / (stage + "_plain.json")) + no_graph + " > " +
+                    (dir / (stage + "_plain.log")).string() + " 2>&1"),
+              0)
+        << read_text(dir / (stage + "_plain.log"));
+    const fs::path log = dir / (stage + "_launched.log");
+    ASSERT_EQ(shell(launcher() + " --nproc 1 --master-port " + std::to_string(free_port()) + " " + binary + " " +
+                    stage_flags(4, dir / (stage + "_launched.json")) + " > " + log.string() + " 2>&1"),
+              0)
+        << read_text(log);
+    const auto plain = read_json_file((dir / (stage + "_plain.json")).string());
+    const auto launched = read_json_file((dir / (stage + "_launched.json")).string());
+    EXPECT_LE(largest_relative_difference(launched["losses"], plain["losses"]), 1e-6);
+    EXPECT_EQ(launched["distributed"]["world_size"], 1);
+    EXPECT_EQ(launched["distributed"]["launcher"], "torchrun-style");
+    EXPECT_NE(read_text(log).find("[rank 0] [" + stage + "] data parallel: 1 ranks"), std::string::npos)
+        << read_text(log);
+  }
+  // Checkpoints cross over: one written by a launched run loads into a plain run, and the other way round.
+  const std::string binary = (build_dir() / "v1_baseline").string();
+  const std::string short_run = "--config " + smoke_json() + " --device cuda --warmup-steps 0 --num-steps 2 --log-every 0";
+  const fs::path log = dir / "checkpoints.log";
+  const std::string port = std::to_string(free_port()), other_port = std::to_string(free_port());
+  EXPECT_EQ(shell(launcher() + " --nproc 1 --master-port " + port + " " + binary + " " + short_run + " --output " +
+                  (dir / "c1.json").string() + " --save-checkpoint " + (dir / "launched.ckpt").string() + " >> " +
+                  log.string() + " 2>&1 && " + binary + " " + short_run + " --output " + (dir / "c2.json").string() +
+                  " --load-checkpoint " + (dir / "launched.ckpt").string() + " --save-checkpoint " +
+                  (dir / "plain.ckpt").string() + " >> " + log.string() + " 2>&1 && " + launcher() +
+                  " --nproc 1 --master-port " + other_port + " " + binary + " " + short_run + " --output " +
+                  (dir / "c3.json").string() + " --load-checkpoint " + (dir / "plain.ckpt").string() + " >> " +
+                  log.string() + " 2>&1"),
+            0)
+      << read_text(log);
+  fs::remove_all(dir);
+}
+
+// Two ranks with batch B each equal one process with batch 2B: the same global batch, the gradients
+// averaged over it. Loss sequences within fp32 round-off (the sums run in another order); the two
+// ranks' weights identical after the run.
+TEST(DataParallelGpu, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
+  TT_REQUIRE_NCCL_GPUS(2);
+  const fs::path dir = fresh_dir("two");
+  for (const std::string stage : {"v1_baseline", "v2_fused", "v3_custom", "v4_ultra"}) {
+    SCOPED_TRACE(stage);
+    const std::string binary = (build_dir() / stage).string();
+    const std::string no_graph = stage == "v4_ultra" ? " --no-graph" : "";
+    const fs::path one_log = dir / (stage + "_one.log"), two_log = dir / (stage + "_two.log");
+    ASSERT_EQ(shell(binary + " " + stage_flags(4, dir / (stage + "_one.json")) + no_graph + " > " + one_log.string() +
+                    " 2>&1"),
+              0)
+        << read_text(one_log);
+    ASSERT_EQ(shell(launcher() + " --nproc 2 --master-port " + std::to_string(free_port()) + " " + binary + " " +
+                    stage_flags(2, dir / (stage + "_two.json")) + " > " + two_log.string() + " 2>&1"),
+              0)
+        << read_text(two_log);
+    const auto one = read_json_file((dir / (stage + "_one.json")).string());
+    const auto two = read_json_file((dir / (stage + "_two.json")).string());
+    const double worst = largest_relative_difference(two["losses"], one["losses"]);
+    EXPECT_LE(worst, 1e-4) << "2 ranks x batch 2 vs 1 process x batch 4";
+    std::cout << "[2 ranks vs 1] " << stage << ": largest relative loss difference " << worst << std::endl;
+    const auto& d = two["distributed"];
+    EXPECT_EQ(d["world_size"], 2);
+    EXPECT_EQ(d["global_batch_size"], 4);
+    EXPECT_EQ(d["weights_max_diff_across_ranks"], 0.0) << "the ranks' weights drifted apart";
+    EXPECT_DOUBLE_EQ(d["total_tokens_per_s"].get<double>(), 2 * d["per_gpu_tokens_per_s"].get<double>());
+  }
+  fs::remove_all(dir);
+}
+
+// Ranks started with different flags stop at start-up, every one naming the differing rank and field.
+TEST(DataParallelGpu, DifferentConfigsAreNamedAtStartUp) {
+  TT_REQUIRE_NCCL_GPUS(2);
+  const fs::path dir = fresh_dir("mismatch");
+  const std::string binary = (build_dir() / "v1_baseline").string();
+  const std::string env = "WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                          std::to_string(free_port());
+  const std::string rank0 = "RANK=0 LOCAL_RANK=0 " + env + " " + binary + " " + stage_flags(2, dir / "a.json");
+  const std::string rank1 = "RANK=1 LOCAL_RANK=1 " + env + " " + binary + " " + stage_flags(3, dir / "b.json");
+  const int status = shell(rank0 + " > " + (dir / "0.log").string() + " 2>&1 & p0=$!; " + rank1 + " > " +
+                           (dir / "1.log").string() + " 2>&1 & p1=$!; wait $p0; a=$?; wait $p1; b=$?; " +
+                           "[ $a -eq 2 ] && [ $b -eq 2 ]");
+  EXPECT_EQ(status, 0) << "both ranks must exit 2\nrank 0:\n" << read_text(dir / "0.log") << "\nrank 1:\n"
+                       << read_text(dir / "1.log");
+  for (const char* log : {"0.log", "1.log"})
+    EXPECT_NE(read_text(dir / log).find("rank 1 (fingerprint"), std::string::npos) << read_text(dir / log);
+  EXPECT_NE(read_text(dir / "0.log").find("config.training.batch_size (3 here, 2 on rank 0)"), std::string::npos)
+      << read_text(dir / "0.log");
+  EXPECT_FALSE(fs::exists(dir / "a.json"));
+  fs::remove_all(dir);
+}
+
+// A rank killed in the middle of training: the launcher stops the other and exits non-zero; started without
+// the launcher, the survivor stops on its own within --dist-timeout (NCCL's watchdog). No result file.
+TEST(DataParallelGpu, AKilledRankEndsTheRun) {
+  TT_REQUIRE_NCCL_GPUS(2);
+  const fs::path dir = fresh_dir("killed");
+  const std::string binary = (build_dir() / "v1_baseline").string();
+  const std::string long_run = "--config " + smoke_json() +
+                               " --device cuda --batch-size 2 --warmup-steps 2 --num-steps 100000 --log-every 1";
+  // Waits (bounded) until rank 0 prints its first step: both ranks are then inside training.
+  const std::string wait_for_training =
+      "for i in $(seq 1200); do grep -q \"step 1/\" LOG && break; sleep 0.25; done; grep -q \"step 1/\" LOG || exit 90; ";
+  auto with_log = [](std::string text, const fs::path& log) {
+    for (size_t at; (at = text.find("LOG")) != std::string::npos;) text.replace(at, 3, log.string());
+    return text;
+  };
+  {
+    const fs::path log = dir / "launched.log";
+    const std::string script = launcher() + " --nproc 2 --master-port " + std::to_string(free_port()) + " " + binary +
+                               " " + long_run + " --output " + (dir / "launched.json").string() + " > " +
+                               log.string() + " 2>&1 & l=$!; " + with_log(wait_for_training, log) +
+                               "kill -KILL $(sed -n \"s/^\\[launch\\] rank 1 pid \\([0-9]*\\):.*/\\1/p\" " +
+                               log.string() + "); wait $l; [ $? -ne 0 ]";
+    EXPECT_EQ(shell(script), 0) << "the launcher must exit non-zero\n" << read_text(log);
+    EXPECT_NE(read_text(log).find("rank 1 (pid"), std::string::npos) << read_text(log);
+    EXPECT_FALSE(fs::exists(dir / "launched.json"));
+  }
+  {
+    const fs::path log0 = dir / "rank0.log";
+    const std::string env = "WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                            std::to_string(free_port());
+    const std::string flags = long_run + " --dist-timeout 20 --output " + (dir / "direct.json").string();
+    // The survivor must end by itself: if it still runs after 300 s, it is killed and the test fails.
+    const std::string script = "RANK=0 LOCAL_RANK=0 " + env + " " + binary + " " + flags + " > " + log0.string() +
+                               " 2>&1 & p0=$!; RANK=1 LOCAL_RANK=1 " + env + " " + binary + " " + flags +
+                               " > /dev/null 2>&1 & p1=$!; " + with_log(wait_for_training, log0) +
+                               "kill -KILL $p1; for i in $(seq 1200); do kill -0 $p0 2>/dev/null || break; sleep 0.25; "
+                               "done; if kill -0 $p0 2>/dev/null; then kill -KILL $p0; exit 91; fi; wait $p0; "
+                               "[ $? -ne 0 ]";
+    EXPECT_EQ(shell(script), 0) << "rank 0 must stop with a non-zero status after its peer died\n" << read_text(log0);
+    EXPECT_FALSE(fs::exists(dir / "direct.json"));
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tt
