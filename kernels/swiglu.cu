@@ -21,6 +21,15 @@ namespace {
 // keeps fp32 results within a few ulp of LibTorch's.
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+__device__ __forceinline__ float swiglu_value(float g, float u) { return g * sigmoid(g) * u; }
+
+// d silu(g) / dg = sig + g * sig * (1 - sig) = sig * (1 + g * (1 - sig)).
+__device__ __forceinline__ void swiglu_grads(float go, float g, float u, float& grad_gate, float& grad_up) {
+  const float sig = sigmoid(g);
+  grad_gate = go * u * sig * (1.0f + g * (1.0f - sig));
+  grad_up = go * g * sig;
+}
+
 template <typename T, int kVec>
 __global__ void swiglu_forward_kernel(SwigluForwardParams params) {
   const int64_t row = blockIdx.x;
@@ -34,10 +43,7 @@ __global__ void swiglu_forward_kernel(SwigluForwardParams params) {
     const Pack<T, kVec> us = load_pack<kVec>(up + col);
     Pack<T, kVec> outs;
 #pragma unroll
-    for (int v = 0; v < kVec; ++v) {
-      const float g = to_float(gs.values[v]);
-      outs.values[v] = from_float<T>(g * sigmoid(g) * to_float(us.values[v]));
-    }
+    for (int v = 0; v < kVec; ++v) outs.values[v] = from_float<T>(swiglu_value(to_float(gs.values[v]), to_float(us.values[v])));
     store_pack<kVec>(out + col, outs);
   }
 }
@@ -60,16 +66,48 @@ __global__ void swiglu_backward_kernel(SwigluBackwardParams params) {
     Pack<T, kVec> grad_ups;
 #pragma unroll
     for (int v = 0; v < kVec; ++v) {
-      const float go = to_float(gos.values[v]);
-      const float g = to_float(gs.values[v]);
-      const float u = to_float(us.values[v]);
-      const float sig = sigmoid(g);
-      // d silu(g) / dg = sig + g * sig * (1 - sig) = sig * (1 + g * (1 - sig)).
-      grad_gates.values[v] = from_float<T>(go * u * sig * (1.0f + g * (1.0f - sig)));
-      grad_ups.values[v] = from_float<T>(go * g * sig);
+      float grad_gate, grad_up;
+      swiglu_grads(to_float(gos.values[v]), to_float(gs.values[v]), to_float(us.values[v]), grad_gate, grad_up);
+      grad_gates.values[v] = from_float<T>(grad_gate);
+      grad_ups.values[v] = from_float<T>(grad_up);
     }
     store_pack<kVec>(grad_gate + col, grad_gates);
     store_pack<kVec>(grad_up + col, grad_ups);
+  }
+}
+
+// The strided path: consecutive threads take consecutive columns of a row, so with a transposed gate_up
+// (col_stride = rows) neighbouring threads read addresses rows elements apart and every warp-wide load
+// touches as many memory segments as it has lanes.
+template <typename T>
+__global__ void swiglu_strided_forward_kernel(SwigluStridedParams params) {
+  const T* gate_up = static_cast<const T*>(params.gate_up);
+  T* out = static_cast<T*>(params.out);
+  const int64_t total = params.rows * params.ffn;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / params.ffn, col = i % params.ffn;
+    const T* row_ptr = gate_up + row * params.row_stride;
+    out[i] = from_float<T>(swiglu_value(to_float(row_ptr[col * params.col_stride]),
+                                        to_float(row_ptr[(params.ffn + col) * params.col_stride])));
+  }
+}
+
+template <typename T>
+__global__ void swiglu_strided_backward_kernel(SwigluStridedParams params) {
+  const T* gate_up = static_cast<const T*>(params.gate_up);
+  const T* grad_out = static_cast<const T*>(params.grad_out);
+  T* grad_gate_up = static_cast<T*>(params.out);
+  const int64_t total = params.rows * params.ffn;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / params.ffn, col = i % params.ffn;
+    const T* row_ptr = gate_up + row * params.row_stride;
+    float grad_gate, grad_up;
+    swiglu_grads(to_float(grad_out[i]), to_float(row_ptr[col * params.col_stride]),
+                 to_float(row_ptr[(params.ffn + col) * params.col_stride]), grad_gate, grad_up);
+    grad_gate_up[row * 2 * params.ffn + col] = from_float<T>(grad_gate);
+    grad_gate_up[row * 2 * params.ffn + params.ffn + col] = from_float<T>(grad_up);
   }
 }
 
@@ -109,7 +147,33 @@ void backward_for_type(const SwigluBackwardParams& params, gpuStream_t stream) {
   }
 }
 
+constexpr int kStridedBlockThreads = 256;
+
+// One thread per element up to a grid of 65535 blocks; beyond that the grid-stride loop takes over.
+unsigned strided_grid(const SwigluStridedParams& params) {
+  const int64_t blocks = (params.rows * params.ffn + kStridedBlockThreads - 1) / kStridedBlockThreads;
+  return static_cast<unsigned>(blocks < 65535 ? blocks : 65535);
+}
+
 }  // namespace
+
+LaunchStatus swiglu_strided_forward(const SwigluStridedParams& params, DType dtype, void* stream) {
+  if (params.rows == 0) return {};
+  const gpuStream_t s = to_stream(stream);
+  dispatch_dtype(dtype, [&](auto element) {
+    swiglu_strided_forward_kernel<decltype(element)><<<strided_grid(params), kStridedBlockThreads, 0, s>>>(params);
+  });
+  return last_launch_status();
+}
+
+LaunchStatus swiglu_strided_backward(const SwigluStridedParams& params, DType dtype, void* stream) {
+  if (params.rows == 0) return {};
+  const gpuStream_t s = to_stream(stream);
+  dispatch_dtype(dtype, [&](auto element) {
+    swiglu_strided_backward_kernel<decltype(element)><<<strided_grid(params), kStridedBlockThreads, 0, s>>>(params);
+  });
+  return last_launch_status();
+}
 
 LaunchStatus swiglu_forward(const SwigluForwardParams& params, DType dtype, void* stream) {
   if (params.rows == 0) return {};

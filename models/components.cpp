@@ -1,5 +1,6 @@
 #include "models/components.h"
 
+#include "kernels/ops/naive_swiglu.h"
 #include "models/reference.h"
 
 namespace tt {
@@ -117,7 +118,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, Rotary& rotary, KVC
 // ---- MLP ----------------------------------------------------------------------------------------
 
 MLPImpl::MLPImpl(const ModelConfig& c, const StageSpec& spec)
-    : activation_(spec.activation) {
+    : activation_(spec.activation), pitfall_(spec.pitfall) {
   TORCH_CHECK(spec.activation == ActivationKind::kReference || spec.fused_gate_up,
               "stage ", spec.name, ": the ", implementation(spec.activation).name,
               " activation works on the fused gate/up GEMM output");
@@ -132,7 +133,18 @@ MLPImpl::MLPImpl(const ModelConfig& c, const StageSpec& spec)
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   torch::Tensor hidden;
-  if (gate_up_proj) {
+  if (gate_up_proj && pitfall_ == Pitfall::kNaiveSwiglu) {
+    const auto& w = gate_up_proj->compute_weight.defined() ? gate_up_proj->compute_weight : gate_up_proj->weight;
+    hidden = ops::naive_swiglu(x, w);
+  } else if (gate_up_proj && pitfall_ == Pitfall::kNonContiguous) {
+    // The same GEMM computed as W x^T and transposed back, as an unfused transpose leaves it: [rows, 2F] with
+    // column stride rows, which the activation reads in place through its strided path.
+    const auto& w = gate_up_proj->compute_weight.defined() ? gate_up_proj->compute_weight : gate_up_proj->weight;
+    const auto rows = x.reshape({-1, x.size(-1)});
+    auto out_sizes = x.sizes().vec();
+    out_sizes.back() = w.size(0);
+    hidden = implementation(activation_).fn(torch::matmul(w, rows.t()).t().view(out_sizes));
+  } else if (gate_up_proj) {
     hidden = implementation(activation_).fn(gate_up_proj->forward(x));
   } else {
     hidden = reference::swiglu(gate_proj->forward(x), up_proj->forward(x));

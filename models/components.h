@@ -86,6 +86,7 @@ class MLPImpl : public torch::nn::Module {
 
  private:
   ActivationKind activation_;
+  std::optional<Pitfall> pitfall_;  // the debugging exercise's MLP pitfalls (models/stage.h)
 };
 TORCH_MODULE(MLP);
 

@@ -85,6 +85,52 @@ std::string names() {
   return out;
 }
 
+const std::vector<PitfallEntry>& pitfalls() {
+  static const std::vector<PitfallEntry> list = {
+      {Pitfall::kMissingInit, "missing-init",
+       "initialise the weights: LibTorch's defaults (embedding N(0, 1), tied to the head) make the initial loss "
+       "explode"},
+      {Pitfall::kNonContiguous, "non-contiguous",
+       "mind the layout: a kernel's general strided path on a transposed tensor is far slower than one "
+       ".contiguous() copy and the fast path"},
+      {Pitfall::kNoSyncTiming, "no-sync-timing",
+       "time the device, not the host: without a sync a host clock measures kernel launches, not the work"},
+      {Pitfall::kNaiveSwiglu, "naive-swiglu",
+       "know when not to write a kernel: a naive kernel doing the gate/up GEMMs itself loses to the vendor BLAS"},
+      {Pitfall::kNone, "none", "v3 as shipped: every pitfall fixed"},
+  };
+  return list;
+}
+
+const PitfallEntry& pitfall(Pitfall kind) {
+  for (const auto& p : pitfalls())
+    if (p.kind == kind) return p;
+  TORCH_CHECK(false, "no pitfall of kind ", static_cast<int>(kind));
+}
+
+std::string pitfall_names() {
+  std::string out;
+  for (const auto& p : pitfalls()) out += (out.empty() ? "" : ", ") + std::string(p.name);
+  return out;
+}
+
+Pitfall parse_pitfall(const std::string& name) {
+  for (const auto& p : pitfalls())
+    if (name == p.name) return p.kind;
+  throw ConfigError("--pitfall " + name + " is not allowed: it must be one of " + pitfall_names());
+}
+
+StageSpec with_pitfall(StageSpec spec, Pitfall kind) {
+  const std::string exercise_stage = v3_custom().name;
+  if (spec.name != exercise_stage)
+    throw ConfigError(std::string("--pitfall ") + pitfall(kind).name + " is not allowed for " + spec.name +
+                      ": the debugging exercise's pitfalls are put back into " + exercise_stage);
+  spec.pitfall = kind;
+  if (kind == Pitfall::kNonContiguous) spec.activation = ActivationKind::kOurKernelStrided;
+  if (kind != Pitfall::kNone) spec.summary += std::string("; with the pitfall ") + pitfall(kind).name + " put back";
+  return spec;
+}
+
 }  // namespace stages
 
 namespace {
@@ -261,6 +307,9 @@ const std::vector<AttentionImplementation>& attention_implementations() {
 const std::vector<Implementation<ActivationKind, ActivationFn>>& activation_implementations() {
   static const std::vector<Implementation<ActivationKind, ActivationFn>> list = {
       {ActivationKind::kReference, "reference", "reference (silu * up)", reference_swiglu},
+      // Before our fast path: kernel_bench takes a family's last entry as its most optimised.
+      {ActivationKind::kOurKernelStrided, "tt::ops::swiglu_strided",
+       "our kernel's general strided path, reading the input in place (tt::ops::swiglu_strided)", ops::swiglu_strided},
       {ActivationKind::kOurKernel, "tt::ops::swiglu", "our kernel (tt::ops::swiglu)", ops::swiglu},
   };
   return list;
@@ -311,14 +360,19 @@ const OptimizerImplementation& implementation(OptimizerKind kind) {
 }
 
 nlohmann::json to_json(const StageSpec& s) {
-  return {{"name", s.name},
+  nlohmann::json out = {{"name", s.name},
           {"summary", s.summary},
           {"components",
            {{"norm", implementation(s.norm).description},
             {"rope", implementation(s.rope).description},
             {"attention", implementation(s.attention).description},
             {"qkv_projection", s.fused_qkv ? "fused (one GEMM)" : "separate q, k, v"},
-            {"gate_up_projection", s.fused_gate_up ? "fused (one GEMM)" : "separate gate, up"},
+            {"gate_up_projection", s.pitfall == Pitfall::kNaiveSwiglu
+                                       ? "inside our naive SwiGLU kernel (tt::ops::naive_swiglu), one thread per output"
+                                   : s.pitfall == Pitfall::kNonContiguous
+                                       ? "fused (one GEMM), its output left transposed: [rows, 2F] with column stride rows"
+                                   : s.fused_gate_up ? "fused (one GEMM)"
+                                                     : "separate gate, up"},
             {"activation", implementation(s.activation).description},
             {"loss", implementation(s.loss).description},
             {"optimizer", implementation(s.optimizer).description},
@@ -326,6 +380,8 @@ nlohmann::json to_json(const StageSpec& s) {
                                            "optimizer writes"
                                          : "fp32; in bf16 runs autocast casts them in every forward"},
             {"step", to_string(s.step)}}}};
+  if (s.pitfall) out["pitfall"] = {{"name", stages::pitfall(*s.pitfall).name}, {"lesson", stages::pitfall(*s.pitfall).lesson}};
+  return out;
 }
 
 const char* to_string(StepKind kind) {

@@ -8,6 +8,7 @@
 // implementation (a new kernel, say) means one enum value, one catalog entry, and choosing it in a stage.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,7 +26,7 @@ namespace tt {
 enum class NormKind { kReference, kAtenFused, kOurKernel, kOurFusedResidual };
 enum class RopeKind { kReference, kCachedTables, kOurKernel };
 enum class AttentionKind { kMaskedMatmul, kSdpa, kOurFlash };
-enum class ActivationKind { kReference, kOurKernel };
+enum class ActivationKind { kReference, kOurKernel, kOurKernelStrided };
 // kOurFusedLinear: the output head's GEMM and our loss kernels chunk by chunk (tt::ops::linear_cross_entropy).
 enum class LossKind { kReference, kOurKernel, kOurFusedLinear };
 enum class OptimizerKind { kTorchAdamW, kAtenFusedAdamW, kOurAdamW };
@@ -33,6 +34,12 @@ enum class OptimizerKind { kTorchAdamW, kAtenFusedAdamW, kOurAdamW };
 // How a training step runs: op by op through LibTorch's autograd, or captured once as a CUDA/HIP graph
 // (forward, backward and optimizer) and replayed every step. The step runners are in apps/train/.
 enum class StepKind { kEager, kGraph };
+
+// The performance-debugging exercise (README, "The debugging exercise"): v3_custom with one mistake put
+// back, each measured against v3 as shipped (kNone). Where each acts: kMissingInit in Trainer (no
+// init_weights), kNonContiguous and kNaiveSwiglu in the MLP, kNoSyncTiming in the result file (the host
+// clock the loop reads anyway, reported beside the device events).
+enum class Pitfall { kNone, kMissingInit, kNonContiguous, kNoSyncTiming, kNaiveSwiglu };
 
 struct StageSpec {
   std::string name;
@@ -50,6 +57,8 @@ struct StageSpec {
   // Needs the optimizer that writes them, kOurAdamW.
   bool compute_copies = false;
   StepKind step = StepKind::kEager;
+  // Set only for a run of the debugging exercise (--pitfall, kNone included); result files then say which.
+  std::optional<Pitfall> pitfall;
 };
 
 namespace stages {
@@ -61,6 +70,22 @@ std::vector<StageSpec> all();
 // nullptr when no stage has that name.
 const StageSpec* find(const std::string& name);
 std::string names();  // "v1_baseline, v2_fused, v3_custom, v4_ultra"
+
+// The pitfalls of the debugging exercise, in the exercise's order, with their --pitfall names and what
+// each teaches.
+struct PitfallEntry {
+  Pitfall kind;
+  const char* name;    // "missing-init", ...; "none" for v3 as shipped
+  const char* lesson;  // one line, for result files and the summary table
+};
+const std::vector<PitfallEntry>& pitfalls();
+const PitfallEntry& pitfall(Pitfall kind);
+// Throws ConfigError naming the value and the allowed names.
+Pitfall parse_pitfall(const std::string& name);
+std::string pitfall_names();  // "missing-init, non-contiguous, no-sync-timing, naive-swiglu, none"
+// `spec` with the pitfall put back; throws ConfigError for a stage other than v3_custom (the exercise's
+// stage: the pitfalls swap components that only it has).
+StageSpec with_pitfall(StageSpec spec, Pitfall kind);
 }  // namespace stages
 
 // ---- The catalog ----------------------------------------------------------------------------------------

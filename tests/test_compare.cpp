@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "apps/cli/compare_cli.h"
+#include "apps/cli/roofline_cli.h"
 #include "apps/report/compare.h"
 #include "apps/report/results.h"
 
@@ -301,6 +302,71 @@ TEST(Compare, WritesMarkdownCsvAndSvg) {
   };
   EXPECT_EQ(count("<text"), count("</text>"));
   EXPECT_EQ(count("<rect x="), count("</rect>"));
+}
+
+// The debugging exercise: pitfall runs get labels with their pitfall, v3 as shipped (--pitfall none) is the
+// reference, and the summary names what each teaches.
+TEST(Compare, DebuggingExerciseRowsAreLabelledAndMeasuredAgainstStageFive) {
+  const std::string dir = temp_dir("exercise");
+  auto with_pitfall = [&](const std::string& pitfall, double median_ms, const std::string& out_name) {
+    nlohmann::json j = read_json_file(fixture("v3_custom.json"));
+    j["stage"]["pitfall"] = {{"name", pitfall}, {"lesson", "lesson of " + pitfall}};
+    j["summary"]["step_ms"]["median"] = median_ms;
+    j["summary"]["energy_j_per_step"] = median_ms / 100;
+    const std::string path = dir + "/" + out_name;
+    write_json_atomically(path, j, true);
+    return path;
+  };
+  const auto results = load_results({with_pitfall("missing-init", 40, "stage1.json"),
+                                     with_pitfall("naive-swiglu", 80, "stage4.json"), with_pitfall("none", 40, "stage5.json")});
+  const Comparison c = build_comparison(results);
+  EXPECT_EQ(c.reference, 2u) << "v3 as shipped is the reference";
+  EXPECT_EQ(c.rows[0].label, "v3_custom [missing-init]");
+  EXPECT_DOUBLE_EQ(c.rows[1].speedup, 0.5);
+  ASSERT_TRUE(c.rows[1].energy_j_per_step.has_value());
+  EXPECT_DOUBLE_EQ(*c.rows[1].energy_j_per_step, 0.8);
+  const std::string svg = to_svg(c);
+  EXPECT_NE(svg.find("GPU energy per step"), std::string::npos) << "an energy panel when results carry energy";
+  EXPECT_NE(svg.find("0.800 J/step"), std::string::npos);
+  EXPECT_EQ(to_svg(build_comparison(load_results({fixture("v1_baseline.json")}))).find("GPU energy per step"),
+            std::string::npos);
+  const std::string lessons = format_lessons(c);
+  EXPECT_NE(lessons.find("naive-swiglu"), std::string::npos) << lessons;
+  EXPECT_NE(lessons.find("0.50x"), std::string::npos) << lessons;
+  EXPECT_NE(lessons.find("lesson of naive-swiglu"), std::string::npos) << lessons;
+  EXPECT_EQ(format_lessons(build_comparison(load_results({fixture("v1_baseline.json")}))), "");
+}
+
+TEST(Compare, WritesOneSelfContainedHtmlReportWithTheFoldersRoofline) {
+  const std::string dir = temp_dir("html");
+  std::ostringstream roof_out, roof_err;
+  ASSERT_EQ(roofline_main({"--counters", std::string(TT_SOURCE_DIR) + "/tests/fixtures/roofline/ncu_raw.csv", "--gpu",
+                           "NVIDIA H100 80GB HBM3", "--bandwidth-gbs", "3000", "--output-dir", dir},
+                          roof_out, roof_err),
+            0)
+      << roof_err.str();
+  // A CPU run's profile: no GPU time or kernel count (null), ATen ops by self time.
+  const std::string cpu_profile = modified_fixture(
+      "v3_custom.json",
+      [](nlohmann::json& j) {
+        j["profile"]["basis"] = "cpu_self_time";
+        j["profile"]["gpu_time_per_step_ms"] = nullptr;
+        j["profile"]["kernels_per_step"] = nullptr;
+      },
+      dir);
+  const Outcome run = compare({fixture("v1_baseline.json"), cpu_profile, "--output-dir", dir});
+  ASSERT_EQ(run.code, 0) << run.err;
+  const std::string html = read_file(dir + "/report.html");
+  EXPECT_NE(html.find("(a CPU run: ATen ops by self time, no GPU kernels)"), std::string::npos);
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(html.find("<th>median ms [p10–p90]</th>"), std::string::npos);
+  EXPECT_NE(html.find("<td>v3_custom</td>"), std::string::npos);
+  EXPECT_NE(html.find("Roofline: "), std::string::npos) << "the folder's roofline chart is inlined";
+  EXPECT_NE(html.find("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"), std::string::npos);
+  EXPECT_NE(html.find("System, config and components"), std::string::npos);
+  for (const char* outside : {"<script", "<link", "src=", "https://"})
+    EXPECT_EQ(html.find(outside), std::string::npos) << "the report must not load anything: found " << outside;
+  EXPECT_EQ(html.find("<svg"), html.find("<svg xmlns=\"http://www.w3.org/2000/svg\""));
 }
 
 }  // namespace

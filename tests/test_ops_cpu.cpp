@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "kernels/ops/cross_entropy.h"
+#include "kernels/ops/naive_swiglu.h"
 #include "kernels/ops/rms_norm.h"
 #include "kernels/ops/rope.h"
 #include "kernels/ops/swiglu.h"
@@ -308,6 +309,59 @@ TEST(OpsCpu, SwigluRejectsBadInputs) {
   expect_error([] { tt::ops::swiglu(torch::randn({3, 7})); }, "gate_up must have shape [..., 2 * ffn]");
   expect_error([] { tt::ops::swiglu(torch::randn({3, 0})); }, "gate_up must have shape [..., 2 * ffn]");
   expect_error([] { tt::ops::swiglu(torch::ones({3, 8}, torch::kInt32)); }, "gate_up must be a floating-point");
+}
+
+// The strided path's CPU formulation is swiglu's; what it adds is taking any layout without a copy.
+TEST(OpsCpu, SwigluStridedMatchesSwigluOnTransposedInputAndPassesGradientCheck) {
+  torch::manual_seed(7);
+  auto gate_up = (2 * torch::randn({258, 3})).t().requires_grad_(false);  // [3, 258], column stride 3
+  auto a = gate_up.clone().requires_grad_(true);
+  auto b = gate_up.contiguous().requires_grad_(true);
+  auto out = tt::ops::swiglu_strided(a);
+  auto out_ref = tt::ops::swiglu(b);
+  expect_close(out, out_ref, 0, 0, "swiglu_strided output");
+  auto grad_out = torch::randn_like(out);
+  expect_close(grads_of({out}, {a}, {grad_out})[0], grads_of({out_ref}, {b}, {grad_out})[0], 0, 0,
+               "swiglu_strided grad gate_up");
+  // The finite-difference helper flattens inputs and gradients with view(), so it takes a contiguous input.
+  auto fn = [](const std::vector<torch::Tensor>& in) {
+    return std::vector<torch::Tensor>{tt::ops::swiglu_strided(in[0])};
+  };
+  expect_gradients_match_finite_differences(fn, {2 * torch::randn({3, 8}, f64())}, {true}, "swiglu_strided");
+  expect_error([] { tt::ops::swiglu_strided(torch::randn({3, 7})); },
+               "tt::ops::swiglu_strided: gate_up must have shape [..., 2 * ffn]");
+}
+
+// On the CPU naive_swiglu is the formulation its kernel replaces: GEMM, then swiglu.
+TEST(OpsCpu, NaiveSwigluMatchesReferenceAndPassesGradientCheck) {
+  torch::manual_seed(8);
+  auto x = torch::randn({2, 3, 5}).requires_grad_(true);
+  auto w = torch::randn({2 * 7, 5}).requires_grad_(true);
+  auto x_ref = x.detach().clone().requires_grad_(true);
+  auto w_ref = w.detach().clone().requires_grad_(true);
+  auto out = tt::ops::naive_swiglu(x, w);
+  auto gate_up = torch::matmul(x_ref, w_ref.t());
+  auto out_ref = tt::reference::swiglu(gate_up.narrow(-1, 0, 7), gate_up.narrow(-1, 7, 7));
+  expect_close(out, out_ref, 1e-6, 1e-6, "naive_swiglu output");
+  auto grad_out = torch::randn_like(out);
+  auto grads = grads_of({out}, {x, w}, {grad_out});
+  auto grads_ref = grads_of({out_ref}, {x_ref, w_ref}, {grad_out});
+  expect_close(grads[0], grads_ref[0], 1e-6, 1e-6, "naive_swiglu grad x");
+  expect_close(grads[1], grads_ref[1], 1e-6, 1e-6, "naive_swiglu grad weight");
+  auto fn = [](const std::vector<torch::Tensor>& in) {
+    return std::vector<torch::Tensor>{tt::ops::naive_swiglu(in[0], in[1])};
+  };
+  expect_gradients_match_finite_differences(fn, {torch::randn({3, 4}, f64()), torch::randn({6, 4}, f64())},
+                                            {true, true}, "naive_swiglu");
+}
+
+TEST(OpsCpu, NaiveSwigluRejectsBadInputs) {
+  expect_error([] { tt::ops::naive_swiglu(torch::randn({3, 5}), torch::randn({7, 5})); },
+               "gate_up_weight must have shape [2 * ffn, hidden] with ffn > 0, got [7, 5]");
+  expect_error([] { tt::ops::naive_swiglu(torch::randn({3, 5}), torch::randn({8, 4})); },
+               "gate_up_weight has 4 columns but x has hidden size 5");
+  expect_error([] { tt::ops::naive_swiglu(torch::ones({3, 5}, torch::kInt32), torch::randn({8, 5})); },
+               "x must be a floating-point tensor");
 }
 
 // ---- Cross-entropy --------------------------------------------------------------------------------

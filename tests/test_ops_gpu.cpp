@@ -6,12 +6,14 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "kernels/ops/cross_entropy.h"
+#include "kernels/ops/naive_swiglu.h"
 #include "kernels/ops/rms_norm.h"
 #include "kernels/ops/rope.h"
 #include "kernels/ops/swiglu.h"
@@ -317,7 +319,11 @@ TEST(OpsGpu, RopeRejectsBadInputs) {
 
 // ---- SwiGLU -------------------------------------------------------------------------------------
 
-void check_swiglu(const torch::Tensor& gate_up_in, torch::ScalarType dtype, const std::string& label) {
+using SwigluOp = torch::Tensor (*)(const torch::Tensor&);
+
+// `op`: tt::ops::swiglu, or its general strided path tt::ops::swiglu_strided.
+void check_swiglu(const torch::Tensor& gate_up_in, torch::ScalarType dtype, const std::string& label,
+                  SwigluOp op = tt::ops::swiglu) {
   const int64_t ffn = gate_up_in.size(-1) / 2;
   auto out_sizes = gate_up_in.sizes().vec();
   out_sizes.back() = ffn;
@@ -325,7 +331,7 @@ void check_swiglu(const torch::Tensor& gate_up_in, torch::ScalarType dtype, cons
   const std::string what = "swiglu " + label + " gate_up " + shape_name(gate_up_in.sizes());
 
   auto gate_up = leaf(gate_up_in);
-  auto out = tt::ops::swiglu(gate_up);
+  auto out = op(gate_up);
   EXPECT_EQ(out.scalar_type(), dtype);
   auto grad = grads_of({out}, {gate_up}, {grad_out})[0];
 
@@ -362,6 +368,75 @@ TEST(OpsGpu, SwigluHandlesNonContiguousAndMisalignedInputs) {
     check_swiglu(torch::randn({64, 2060}, gpu()).to(dtype).narrow(1, 4, 2048), dtype, "column slice");
     check_swiglu(misaligned_copy(torch::randn({16, 2048}, gpu()).to(dtype)), dtype, "misaligned");
   }
+}
+
+// The debugging exercise's strided path: the same function on any layout, read in place.
+TEST(OpsGpu, SwigluStridedMatchesReferenceOnEveryLayout) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(16);
+  for (const auto dtype : kDtypes) {
+    const auto op = tt::ops::swiglu_strided;
+    check_swiglu((3 * torch::randn({2, 7, 2 * 129}, gpu())).to(dtype), dtype, "strided path, contiguous", op);
+    check_swiglu(torch::randn({2048, 64}, gpu()).to(dtype).t(), dtype, "strided path, transposed", op);
+    check_swiglu(torch::randn({2 * 1000, 3}, gpu()).to(dtype).t(), dtype, "strided path, transposed, 3 rows", op);
+    check_swiglu(torch::randn({64, 2060}, gpu()).to(dtype).narrow(1, 4, 2048), dtype, "strided path, column slice", op);
+    // [B, S, 2F] viewed from a transposed [B * S, 2F], as the non-contiguous pitfall's MLP makes it.
+    check_swiglu(torch::randn({2 * 10, 4 * 3}, gpu()).to(dtype).t().view({4, 3, 20}), dtype,
+                 "strided path, 3-D from transposed", op);
+  }
+}
+
+// ---- Naive SwiGLU MLP kernel (the debugging exercise) ----------------------------------------------
+
+void check_naive_swiglu(int64_t rows, int64_t hidden, int64_t ffn, torch::ScalarType dtype) {
+  const std::string what = "naive_swiglu rows " + std::to_string(rows) + " hidden " + std::to_string(hidden) +
+                           " ffn " + std::to_string(ffn);
+  auto x_in = torch::randn({rows, hidden}, gpu()).to(dtype);
+  auto w_in = (torch::randn({2 * ffn, hidden}, gpu()) / std::sqrt(static_cast<double>(hidden))).to(dtype);
+  auto grad_out = torch::randn({rows, ffn}, gpu()).to(dtype);
+  auto x = leaf(x_in), w = leaf(w_in);
+  auto out = tt::ops::naive_swiglu(x, w);
+  EXPECT_EQ(out.scalar_type(), dtype);
+  auto grads = grads_of({out}, {x, w}, {grad_out});
+  auto reference = [&](const torch::Tensor& xr, const torch::Tensor& wr, const torch::Tensor& g) {
+    auto gate_up = torch::matmul(xr, wr.t());
+    auto result = tt::reference::swiglu(gate_up.narrow(-1, 0, ffn), gate_up.narrow(-1, ffn, ffn));
+    auto gr = grads_of({result}, {xr, wr}, {g});
+    return std::make_tuple(result, gr[0], gr[1]);
+  };
+  auto x_same = leaf(x_in), w_same = leaf(w_in);
+  auto [out_same, gx_same, gw_same] = reference(x_same, w_same, grad_out);
+  auto x64 = leaf(x_in.to(torch::kFloat64)), w64 = leaf(w_in.to(torch::kFloat64));
+  auto [out64, gx64, gw64] = reference(x64, w64, grad_out.to(torch::kFloat64));
+  // fp32: sums over hidden (forward), 2F (grad x) or rows (grad W) terms, accumulated in another order than
+  // the vendor GEMM's.
+  expect_matches_reference(out, out_same, out64, dtype, 1e-5, what + " output");
+  expect_matches_reference(grads[0], gx_same, gx64, dtype, 1e-5, what + " grad x");
+  expect_matches_reference(grads[1], gw_same, gw64, dtype, 1e-5, what + " grad weight");
+}
+
+TEST(OpsGpu, NaiveSwigluMatchesReferenceOverShapesAndDtypes) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(17);
+  for (const auto dtype : kDtypes)
+    for (const auto& [rows, hidden, ffn] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+             {1, 1, 1}, {1, 13, 5}, {7, 64, 129}, {33, 100, 70}, {256, 512, 256}})
+      check_naive_swiglu(rows, hidden, ffn, dtype);
+}
+
+TEST(OpsGpu, NaiveSwigluTakesAnFp32MasterWeightUnderBf16Input) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(18);
+  auto x = torch::randn({2, 3, 16}, gpu(torch::kBFloat16)).requires_grad_(true);
+  auto w = torch::randn({2 * 8, 16}, gpu()).requires_grad_(true);
+  auto out = tt::ops::naive_swiglu(x, w);
+  EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(out.sizes(), torch::IntArrayRef({2, 3, 8}));
+  out.sum().backward();
+  EXPECT_EQ(w.grad().scalar_type(), torch::kFloat32);
+  EXPECT_EQ(x.grad().scalar_type(), torch::kBFloat16);
+  expect_error([] { tt::ops::naive_swiglu(torch::randn({3, 4}, gpu()), torch::randn({8, 4})); },
+               "x is on cuda:0 but gate_up_weight on cpu");
 }
 
 TEST(OpsGpu, SwigluRejectsBadInputs) {

@@ -9,6 +9,7 @@
 
 #include "apps/cli/command_line.h"
 #include "apps/report/compare.h"
+#include "apps/report/html_report.h"
 #include "apps/train/format.h"
 
 namespace tt {
@@ -23,7 +24,7 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out, std::o
                            "Exit status: 0 fine, 1 slower than --fail-if-slower allows, 2 bad input or results that "
                            "are not comparable.");
   options.add_options()
-      ("output-dir", "write comparison.md, comparison.csv and comparison.svg here (default: the first result's folder)",
+      ("output-dir", "write comparison.md, comparison.csv, comparison.svg and report.html here (default: the first result's folder)",
        cxxopts::value<std::string>(), "DIR")
       ("allow-mismatch", "compare results with different model/training config, dtype, GPU or schema anyway (with warnings)")
       ("baseline", "reference result for speedup and deltas (default: the v1_baseline result, else the first file)",
@@ -100,7 +101,7 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out, std::o
   for (const auto& d : find_notes(all)) err << "compare: note: " << d.describe() << "\n";
 
   const Comparison comparison = build_comparison(all, baseline_path.empty() ? std::nullopt : std::optional<size_t>(0));
-  out << format_table(comparison);
+  out << format_table(comparison) << format_lessons(comparison);
 
   const fs::path dir = parsed.count("output-dir") ? fs::path(parsed["output-dir"].as<std::string>())
                                                   : fs::path(files.front()).parent_path();
@@ -108,7 +109,8 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out, std::o
     if (!dir.empty()) fs::create_directories(dir);
     for (const auto& [name, content] : {std::pair<std::string, std::string>{"comparison.md", to_markdown(comparison)},
                                         {"comparison.csv", to_csv(comparison)},
-                                        {"comparison.svg", to_svg(comparison)}}) {
+                                        {"comparison.svg", to_svg(comparison)},
+                                        {"report.html", to_html(comparison, all, dir.string())}}) {
       const fs::path path = dir / name;
       std::ofstream file(path);
       file << content;
@@ -120,7 +122,8 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out, std::o
   }
   const std::string prefix = (dir.empty() ? std::string() : dir.string() + "/") + "comparison";
   out << "written: " << prefix << ".md (Markdown table), " << prefix << ".csv, " << prefix
-      << ".svg (chart: open it in a browser)" << std::endl;
+      << ".svg (chart: open it in a browser), " << (dir.empty() ? std::string() : dir.string() + "/")
+      << "report.html (everything in one page)" << std::endl;
 
   if (!allowed_pct) return 0;
   bool too_slow = false;

@@ -47,6 +47,10 @@ cxxopts::Options make_options(const std::string& program) {
       "validate", "check the config, print the effective config as JSON, and exit")(
       "doctor", "print backend, GPU, LibTorch version and installed profilers, and exit")(
       "no-graph", "stages that capture their step as a CUDA/HIP graph (v4_ultra): run the same kernels eagerly")(
+      "pitfall",
+      "v3_custom only, the debugging exercise (README): put one mistake back, one of " + stages::pitfall_names() +
+          " (none = v3 as shipped, recorded as the exercise's stage 5)",
+      cxxopts::value<std::string>(), "NAME")(
       "help", "show this help");
   o.add_options("Profiling")(
       "profile",
@@ -89,6 +93,24 @@ std::optional<std::string> refuse_existing(const char* what, const std::string& 
   return std::string(what) + " '" + path + "' exists; pass --overwrite to replace it or choose another path";
 }
 
+// The energy figure (or why there is none) and, for the timing pitfall, the host clock beside the events.
+void print_teaching_lines(const std::string& stage, const nlohmann::json& s) {
+  if (s["energy_j_per_step"].is_number())
+    std::printf("[%s] energy %.3f J/step | %.0f tokens/J\n", stage.c_str(), s["energy_j_per_step"].get<double>(),
+                s["tokens_per_joule"].is_number() ? s["tokens_per_joule"].get<double>() : NAN);
+  else
+    std::printf("[%s] %s\n", stage.c_str(), s["energy_note"].get<std::string>().c_str());
+  if (!s.contains("host_clock_ms")) return;
+  const auto& host = s["host_clock_ms"];
+  auto median = [](const nlohmann::json& spread) { return spread.is_null() ? NAN : spread["median"].get<double>(); };
+  std::printf("[%s] median ms        forward  backward  optimizer     step\n", stage.c_str());
+  std::printf("[%s] device events %9.3f %9.3f %10.3f %8.3f\n", stage.c_str(), median(s["forward_ms"]),
+              median(s["backward_ms"]), median(s["optimizer_ms"]), median(s["step_ms"]));
+  std::printf("[%s] host, no sync %9.3f %9.3f %10.3f %8.3f  <- %s\n", stage.c_str(), median(host["forward_ms"]),
+              median(host["backward_ms"]), median(host["optimizer_ms"]), median(host["step_ms"]),
+              host["note"].get<std::string>().c_str());
+}
+
 }  // namespace
 
 ParsedCommandLine parse_command_line(const std::string& program, const std::vector<std::string>& args) {
@@ -120,6 +142,10 @@ ParsedCommandLine parse_command_line(const std::string& program, const std::vect
   o.validate_only = r.count("validate") > 0;
   o.doctor = r.count("doctor") > 0;
   o.no_graph = r.count("no-graph") > 0;
+  if (r.count("pitfall")) {
+    o.pitfall = stages::parse_pitfall(r["pitfall"].as<std::string>());
+    if (r.count("eval-only")) throw ConfigError("--pitfall is not allowed with --eval-only: nothing is trained");
+  }
   if (r.count("profile-steps") && !r.count("profile")) throw ConfigError("--profile-steps needs --profile");
   if (r.count("profile")) {
     o.profile_steps = kDefaultProfileSteps;
@@ -172,6 +198,14 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
     spec.step = StepKind::kEager;
     spec.summary += "; this run: --no-graph, the same kernels launched eagerly";
   }
+  if (parsed.options.pitfall) {
+    try {
+      spec = stages::with_pitfall(spec, *parsed.options.pitfall);
+    } catch (const std::exception& e) {
+      std::cerr << spec.name << ": error: " << error_message(e) << std::endl;
+      return 2;
+    }
+  }
   if (parsed.help) {
     std::cout << parsed.help_text << std::endl;
     return 0;
@@ -187,7 +221,11 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
     return 0;
   }
   const std::string output =
-      options.output.empty() ? default_output(spec.name + (options.eval_only ? "_eval" : ""), config) : options.output;
+      options.output.empty()
+          ? default_output(spec.name + (spec.pitfall ? std::string("_") + stages::pitfall(*spec.pitfall).name : "") +
+                               (options.eval_only ? "_eval" : ""),
+                           config)
+          : options.output;
   const std::string trace = trace_path_for(output);
   // Every file the run would write is checked before any work, under one policy: never replaced without
   // --overwrite.
@@ -247,6 +285,7 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
         s["achieved_tflops"].get<double>(), peak.c_str(),
         s["first_loss"].is_number() ? s["first_loss"].get<double>() : NAN,
         s["final_loss"].is_number() ? s["final_loss"].get<double>() : NAN);
+    print_teaching_lines(spec.name, s);
     std::cout << "result written to " << output << std::endl;
   } catch (const c10::OutOfMemoryError& e) {
     const auto mem = peak_memory(device);

@@ -2,6 +2,7 @@
 // the run itself, the result file.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ struct RunOptions {
   bool eval_only = false;       // evaluate the load_checkpoint weights, no training
   int64_t profile_steps = 0;    // --profile: extra steps recorded with Kineto after the measured ones; 0 = off
   bool no_graph = false;        // run a graphed stage's step eagerly (the same kernels, launched one by one)
+  std::optional<Pitfall> pitfall;  // --pitfall NAME: the debugging exercise (v3_custom only)
 };
 
 struct ParsedCommandLine {

@@ -118,7 +118,7 @@ struct Cell {
 };
 const std::vector<std::string> kHeaders = {
     "stage", "median ms [p10–p90]", "samples/s",  "tokens/s", "speedup", "peak MB", "mem. reduction", "TFLOP/s",
-    "MFU",   "kernels/step",        "final loss", "Δ loss"};
+    "MFU",   "kernels/step",        "final loss", "Δ loss",         "J/step"};
 
 std::vector<std::vector<Cell>> table_cells(const Comparison& c) {
   std::vector<std::vector<Cell>> rows;
@@ -139,6 +139,7 @@ std::vector<std::vector<Cell>> table_cells(const Comparison& c) {
                          : "-"});
     cells.push_back({strprintf("%.4f", r.final_loss)});
     cells.push_back({r.reference ? "ref" : signed_delta(r.loss_delta)});
+    cells.push_back({r.energy_j_per_step ? strprintf("%.3f", *r.energy_j_per_step) : "-"});
     rows.push_back(std::move(cells));
   }
   return rows;
@@ -177,15 +178,22 @@ std::string memory_line(const Comparison& c) {
 
 constexpr const char* kColumnNotes =
     "median ms: median step time over the measured steps, [p10–p90] its spread; peak MB: peak allocated GPU memory "
-    "(\"-\" on the CPU); MFU: achieved / peak dense FLOP/s; kernels/step: from a --profile run (\"-\" without one)";
+    "(\"-\" on the CPU); MFU: achieved / peak dense FLOP/s; kernels/step: from a --profile run (\"-\" without one); "
+    "J/step: the GPU's energy per measured step (\"-\" where it was not measured)";
 
 }  // namespace
 
 void assign_labels(std::vector<Result>& results) {
   std::map<std::string, int> count;
-  for (const auto& r : results) ++count[r.json["stage"]["name"].get<std::string>()];
+  // A run of the debugging exercise is labelled with its pitfall: "v3_custom [missing-init]".
+  const auto stage_of = [](const Result& r) {
+    const std::string name = r.json["stage"]["name"];
+    const auto* pitfall = find(r.json, "stage.pitfall.name");
+    return pitfall && pitfall->is_string() ? name + " [" + pitfall->get<std::string>() + "]" : name;
+  };
+  for (const auto& r : results) ++count[stage_of(r)];
   for (auto& r : results) {
-    const std::string stage = r.json["stage"]["name"];
+    const std::string stage = stage_of(r);
     r.label = stage;
     if (count[stage] > 1) {
       const fs::path p(r.path);
@@ -253,9 +261,17 @@ Comparison build_comparison(const std::vector<Result>& results, std::optional<si
   } else {
     const auto v1 = std::find_if(results.begin(), results.end(),
                                  [](const Result& r) { return r.json["stage"]["name"] == kReferenceStage; });
-    c.reference = v1 == results.end() ? 0 : static_cast<size_t>(v1 - results.begin());
-    c.reference_reason = v1 == results.end() ? std::string("the first file (no ") + kReferenceStage + " result given)"
-                                             : std::string("the ") + kReferenceStage + " result";
+    const auto shipped = std::find_if(results.begin(), results.end(), [](const Result& r) {
+      const auto* pitfall = find(r.json, "stage.pitfall.name");
+      return pitfall && *pitfall == "none";
+    });
+    c.reference = v1 != results.end()        ? static_cast<size_t>(v1 - results.begin())
+                  : shipped != results.end() ? static_cast<size_t>(shipped - results.begin())
+                                             : 0;
+    c.reference_reason = v1 != results.end() ? std::string("the ") + kReferenceStage + " result"
+                         : shipped != results.end()
+                             ? std::string("v3 as shipped (--pitfall none), the debugging exercise's stage 5")
+                             : std::string("the first file (no ") + kReferenceStage + " result given)";
   }
   for (const auto& r : results) {
     const auto* step = find(r.json, "stage.components.step");
@@ -291,6 +307,13 @@ Comparison build_comparison(const std::vector<Result>& results, std::optional<si
     row.final_loss = loss_of(s);
     row.loss_delta = row.final_loss - ref_loss;
     row.reference = i == c.reference;
+    row.energy_j_per_step = number_at(j, "summary.energy_j_per_step");
+    row.tokens_per_joule = number_at(j, "summary.tokens_per_joule");
+    if (const auto* p = find(j, "stage.pitfall"); p && p->is_object()) {
+      row.pitfall = p->value("name", "");
+      row.lesson = p->value("lesson", "");
+    }
+    row.first_loss = s["first_loss"].is_number() ? s["first_loss"].get<double>() : std::nan("");
     c.rows.push_back(std::move(row));
   }
   c.config_name = ref["config"]["name"];
@@ -347,6 +370,7 @@ std::string to_markdown(const Comparison& c) {
     out += "\n";
   }
   out += "\n" + reference_line(c) + ".\n\n" + std::string(kColumnNotes) + ".\n";
+  if (const std::string lessons = format_lessons(c); !lessons.empty()) out += "\n```\n" + lessons + "```\n";
   if (c.memory_field != "peak_allocated_mb") out += memory_line(c) + ".\n";
   if (!c.mfu_note.empty()) out += "MFU basis: " + c.mfu_note + ".\n";
   if (!c.notes.empty()) {
@@ -360,7 +384,8 @@ std::string to_markdown(const Comparison& c) {
 
 std::string to_csv(const Comparison& c) {
   std::string out = "label,stage,file,median_ms,p10_ms,p90_ms,samples_per_s,tokens_per_s,speedup," + c.memory_field +
-                    ",peak_reduction,achieved_tflops,mfu,kernels_per_step,final_loss,final_loss_delta,reference\n";
+                    ",peak_reduction,achieved_tflops,mfu,kernels_per_step,final_loss,final_loss_delta,reference,"
+                    "energy_j_per_step,tokens_per_joule\n";
   auto opt = [](const std::optional<double>& v) { return v ? strprintf("%.6g", *v) : std::string(); };
   for (const auto& r : c.rows) {
     out += csv_field(r.label) + "," + csv_field(r.stage) + "," + csv_field(r.path) + "," + strprintf("%.6g", r.median_ms) +
@@ -369,7 +394,7 @@ std::string to_csv(const Comparison& c) {
            (r.peak_mb > 0 ? strprintf("%.6g", r.peak_mb) : "") + "," + opt(r.peak_reduction) + "," +
            strprintf("%.6g", r.tflops) + "," + opt(r.mfu) + "," + opt(r.kernels_per_step) + "," +
            strprintf("%.6g", r.final_loss) + "," + strprintf("%.6g", r.loss_delta) + "," + (r.reference ? "yes" : "no") +
-           "\n";
+           "," + opt(r.energy_j_per_step) + "," + opt(r.tokens_per_joule) + "\n";
   }
   return out;
 }
@@ -381,7 +406,9 @@ std::string to_svg(const Comparison& c) {
   constexpr double kBarHeight = 22, kRowGap = 10, kPanelTitle = 44, kAxis = 30, kPanelGap = 26;
   const size_t n = c.rows.size();
   const double panel_height = kPanelTitle + static_cast<double>(n) * (kBarHeight + kRowGap) + kAxis;
-  const double height = 84 + 3 * (panel_height + kPanelGap) + 36;
+  // A fourth panel, energy per step, when a result measured it.
+  const bool energy = std::any_of(c.rows.begin(), c.rows.end(), [](const Row& r) { return r.energy_j_per_step; });
+  const double height = 84 + (energy ? 4 : 3) * (panel_height + kPanelGap) + 36;
   std::ostringstream svg;
   auto num = [](double v) { return strprintf("%.1f", v); };
   auto text = [&](double x, double y, const std::string& s, const std::string& attrs = "") {
@@ -497,11 +524,52 @@ std::string to_svg(const Comparison& c) {
          linear(*std::max_element(flops.begin(), flops.end())));
   }
   y += panel_height + kPanelGap;
+  if (energy) {
+    std::vector<double> joules;
+    std::vector<std::string> joule_labels;
+    for (const auto& r : c.rows) {
+      joules.push_back(r.energy_j_per_step.value_or(0));
+      joule_labels.push_back(r.energy_j_per_step ? strprintf("%.3f J/step", *r.energy_j_per_step) +
+                                                       (r.tokens_per_joule ? "  (" + thousands(*r.tokens_per_joule) +
+                                                                                 " tokens/J)"
+                                                                           : "")
+                                                 : "not measured");
+    }
+    bars("GPU energy per step (J, lower is better)", "the GPU's energy counter over the measured steps", joules,
+         joule_labels, linear(*std::max_element(joules.begin(), joules.end())));
+    y += panel_height + kPanelGap;
+  }
   text(20, y + 4,
        "Generated by compare from " + std::to_string(n) + " result files; see comparison.md for the full table.",
        "font-size=\"11\" fill=\"#888\"");
   svg << "</svg>\n";
   return svg.str();
+}
+
+const std::vector<std::string>& table_headers() { return kHeaders; }
+
+std::vector<std::vector<std::string>> table_text(const Comparison& c) {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& row : table_cells(c)) {
+    out.emplace_back();
+    for (const auto& cell : row) out.back().push_back(cell.text);
+  }
+  return out;
+}
+
+std::string format_lessons(const Comparison& c) {
+  std::vector<const Row*> rows;
+  for (const auto& r : c.rows)
+    if (!r.pitfall.empty()) rows.push_back(&r);
+  if (rows.empty()) return "";
+  std::string out = "debugging exercise (speed: against " + c.rows[c.reference].label + ")\n";
+  out += strprintf("%-16s %10s %10s %10s %8s %8s  %s\n", "pitfall", "first loss", "final loss", "samples/s", "speed",
+                   "J/step", "what it teaches");
+  for (const Row* r : rows)
+    out += strprintf("%-16s %10.4f %10.4f %10.1f %7.2fx %8s  %s\n", r->pitfall.c_str(), r->first_loss, r->final_loss,
+                     r->samples_per_s, r->speedup,
+                     r->energy_j_per_step ? strprintf("%.3f", *r->energy_j_per_step).c_str() : "-", r->lesson.c_str());
+  return out;
 }
 
 std::vector<SlowerCheck> check_slower(const Result& baseline, const std::vector<Result>& results, double allowed_pct) {

@@ -54,6 +54,10 @@ struct Row {
   double final_loss = 0;
   double loss_delta = 0;  // final loss - reference final loss
   bool reference = false;
+  std::optional<double> energy_j_per_step, tokens_per_joule;  // none without an energy figure
+  // The debugging exercise (stage.pitfall in the result): its name and lesson; empty outside it.
+  std::string pitfall, lesson;
+  double first_loss = 0;
 };
 
 struct Comparison {
@@ -70,13 +74,21 @@ struct Comparison {
   std::vector<Difference> mismatches, notes;
 };
 
-// reference: index into results; by default the first v1_baseline result, else the first result.
+// reference: index into results; by default the first v1_baseline result, else the first result of the
+// debugging exercise's v3 as shipped (--pitfall none), else the first result.
 Comparison build_comparison(const std::vector<Result>& results, std::optional<size_t> reference = std::nullopt);
 
 std::string format_table(const Comparison& comparison);  // terminal
 std::string to_markdown(const Comparison& comparison);
 std::string to_csv(const Comparison& comparison);
 std::string to_svg(const Comparison& comparison);
+// The table as every writer shows it: the column headers and each row's cells.
+const std::vector<std::string>& table_headers();
+std::vector<std::vector<std::string>> table_text(const Comparison& comparison);
+
+// The debugging exercise's summary (first and final loss, speed against the reference, energy, what each
+// stage teaches), one row per result that records a pitfall; empty when none does.
+std::string format_lessons(const Comparison& comparison);
 
 struct SlowerCheck {
   std::string label, path;

@@ -90,6 +90,23 @@ nlohmann::json build_result(const Trainer& trainer, const RunRecord& record, con
       {"first_loss", losses.front()},
       {"final_loss", losses.back()},
   };
+  const auto& energy = record.energy;
+  const double steps = static_cast<double>(record.step_ms.size());
+  summary["energy_j_per_step"] = energy.joules ? nlohmann::json(*energy.joules / steps) : nlohmann::json(nullptr);
+  summary["tokens_per_joule"] = energy.joules && *energy.joules > 0
+                                    ? nlohmann::json(tokens_per_step * steps / *energy.joules)
+                                    : nlohmann::json(nullptr);
+  summary["energy_note"] = energy.joules ? energy.source : energy.note;
+  if (trainer.spec().pitfall == Pitfall::kNoSyncTiming)
+    summary["host_clock_ms"] = {
+        {"step_ms", spread_or_null(record.host_step_ms)},
+        {"forward_ms", spread_or_null(record.host_forward_ms)},
+        {"backward_ms", spread_or_null(record.host_backward_ms)},
+        {"optimizer_ms", spread_or_null(record.host_optimizer_ms)},
+        {"note", device.is_cuda()
+                     ? "the host's steady clock at the same marks as the device events, with no device sync: how "
+                       "long the host took to queue each phase's launches, not how long the GPU worked on it"
+                     : "the host's steady clock; on the CPU the work is synchronous, so it equals step_ms"}};
   int64_t parameters = 0;
   for (const auto& p : trainer.model()->parameters()) parameters += p.numel();
   nlohmann::json training = {
@@ -146,6 +163,9 @@ void validate_result_json(const nlohmann::json& r) {
   // A diverged run's loss is NaN or inf, which JSON writes as null.
   for (const char* p : {"summary.first_loss", "summary.final_loss"}) expect_field(r, p, JsonKind::kNumberOrNull);
   expect_field(r, "summary.mfu", JsonKind::kNumberOrNull);
+  // Energy arrived after schema version 1's first files: older results lack it, which compare shows as "-".
+  for (const char* field : {"energy_j_per_step", "tokens_per_joule"})
+    if (r["summary"].contains(field)) expect_field(r, std::string("summary.") + field, JsonKind::kNumberOrNull);
   expect_field(r, "summary.peak_tflops", JsonKind::kNumberOrNull);
   expect_field(r, "losses", JsonKind::kArray);
   expect_field(r, "step_ms", JsonKind::kArray);

@@ -32,11 +32,8 @@ StepTimer::StepTimer(const torch::Device& device, size_t marks) : device_(device
 }
 
 void StepTimer::mark(size_t index) {
-  if (device_.is_cuda()) {
-    events_[index].record(at::accelerator::getCurrentStream(device_.index()));
-  } else {
-    times_[index] = std::chrono::steady_clock::now();
-  }
+  if (device_.is_cuda()) events_[index].record(at::accelerator::getCurrentStream(device_.index()));
+  times_[index] = std::chrono::steady_clock::now();
 }
 
 double StepTimer::elapsed_ms(size_t a, size_t b) {
@@ -44,6 +41,10 @@ double StepTimer::elapsed_ms(size_t a, size_t b) {
     events_[b].synchronize();
     return events_[a].elapsedTime(events_[b]);
   }
+  return host_elapsed_ms(a, b);
+}
+
+double StepTimer::host_elapsed_ms(size_t a, size_t b) const {
   return std::chrono::duration<double, std::milli>(times_[b] - times_[a]).count();
 }
 

@@ -19,12 +19,16 @@ void synchronize(const torch::Device& device);
 
 // Timestamps a sequence of points in one step. On a GPU each mark records an event on the current
 // stream (no host sync); durations are read after the events completed. On the CPU, a steady clock.
+// Every mark also reads the host's steady clock, without a sync: on a GPU that measures when the host
+// got past the point (launches queued), not when the device did (the debugging exercise's timing pitfall).
 class StepTimer {
  public:
   StepTimer(const torch::Device& device, size_t marks);
   void mark(size_t index);
   // Milliseconds between marks a and b; blocks until mark b has completed on the device.
   double elapsed_ms(size_t a, size_t b);
+  // Milliseconds between marks a and b by the host clock; never blocks. Equals elapsed_ms on the CPU.
+  double host_elapsed_ms(size_t a, size_t b) const;
 
  private:
   torch::Device device_;

@@ -12,7 +12,8 @@ Recorder::Recorder(const TrainConfig& training, const torch::Device& device, boo
       phases_(phases),
       log_(log),
       total_(training.warmup_steps + training.num_steps),
-      losses_(torch::zeros({total_}, torch::TensorOptions().dtype(torch::kFloat32).device(device))) {
+      losses_(torch::zeros({total_}, torch::TensorOptions().dtype(torch::kFloat32).device(device))),
+      energy_(device) {
   // Timers are kept by pointer while their step runs: no reallocation.
   timers_.reserve(static_cast<size_t>(training.num_steps));
 }
@@ -20,6 +21,10 @@ Recorder::Recorder(const TrainConfig& training, const torch::Device& device, boo
 StepTimer* Recorder::begin_step(int64_t index) {
   reset_peak_memory(device_);
   if (index < training_.warmup_steps) return nullptr;
+  if (index == training_.warmup_steps && energy_.available()) {
+    synchronize(device_);
+    energy_.start();
+  }
   timers_.emplace_back(device_, kStepMarks);
   return &timers_.back();
 }
@@ -50,12 +55,17 @@ void Recorder::end_step(int64_t index, const torch::Tensor& loss) {
 
 RunRecord Recorder::finish() {
   synchronize(device_);
+  record_.energy = energy_.stop();
   for (auto& timer : timers_) {
     record_.step_ms.push_back(timer.elapsed_ms(kStepStart, kStepEnd));
+    record_.host_step_ms.push_back(timer.host_elapsed_ms(kStepStart, kStepEnd));
     if (!phases_) continue;
     record_.forward_ms.push_back(timer.elapsed_ms(kStepStart, kAfterForward));
     record_.backward_ms.push_back(timer.elapsed_ms(kAfterForward, kAfterBackward));
     record_.optimizer_ms.push_back(timer.elapsed_ms(kAfterBackward, kStepEnd));
+    record_.host_forward_ms.push_back(timer.host_elapsed_ms(kStepStart, kAfterForward));
+    record_.host_backward_ms.push_back(timer.host_elapsed_ms(kAfterForward, kAfterBackward));
+    record_.host_optimizer_ms.push_back(timer.host_elapsed_ms(kAfterBackward, kStepEnd));
   }
   record_.device_used_mb = static_cast<double>(device_memory_in_use(device_)) / (1 << 20);
   auto losses = losses_.to(torch::kCPU, torch::kFloat64).contiguous();

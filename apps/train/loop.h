@@ -14,6 +14,7 @@
 
 #include "apps/train/data.h"
 #include "apps/train/device.h"
+#include "apps/train/energy.h"
 #include "apps/train/step.h"
 #include "models/config.h"
 
@@ -24,6 +25,10 @@ struct RunRecord {
   std::vector<double> losses;  // every step, warm-up included (NaN/inf kept as they are)
   // Per measured step, milliseconds. The phase lists stay empty when the runner cannot time phases.
   std::vector<double> step_ms, forward_ms, backward_ms, optimizer_ms;
+  // The same marks by the host clock, without a device sync (StepTimer::host_elapsed_ms): what a timer
+  // around asynchronous launches sees. Equal to the lists above on the CPU.
+  std::vector<double> host_step_ms, host_forward_ms, host_backward_ms, host_optimizer_ms;
+  EnergyReading energy;  // the GPU's energy over the measured steps, or a note why there is none
   std::vector<double> peak_allocated_mb, peak_reserved_mb;  // per measured step; zeros on the CPU
   double device_used_mb = 0;  // the driver's figure after the measured steps (total - free); 0 on the CPU
 };
@@ -33,7 +38,8 @@ class Recorder {
  public:
   Recorder(const TrainConfig& training, const torch::Device& device, bool phases, std::ostream& log);
   // Before step `index` (0-based, warm-up included): resets the memory peak; returns the timer the runner
-  // marks for a measured step, nullptr for a warm-up step.
+  // marks for a measured step, nullptr for a warm-up step. Before the first measured step it waits for the
+  // device (the warm-up's work must not count) and reads the energy counter.
   StepTimer* begin_step(int64_t index);
   // After the step: keeps the loss on the device, reads the memory peak, prints the progress line when
   // one is due (its loss read is the loop's only host sync).
@@ -49,6 +55,7 @@ class Recorder {
   int64_t total_;
   torch::Tensor losses_;  // [total] on the device
   std::vector<StepTimer> timers_;
+  EnergyMeter energy_;
   RunRecord record_;
 };
 

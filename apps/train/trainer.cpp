@@ -8,8 +8,12 @@ namespace {
 
 Transformer build_model(const StageSpec& spec, const RunConfig& config, const torch::Device& device) {
   validate(config);
+  const auto seed = static_cast<uint64_t>(config.training.seed);
+  // The missing-init pitfall keeps the weights LibTorch's modules draw when they are built (embedding
+  // N(0, 1), linears Kaiming-uniform), from the global generator seeded here so that the run repeats.
+  if (spec.pitfall == Pitfall::kMissingInit) torch::manual_seed(seed);
   Transformer model(config.model, spec);
-  model->init_weights(static_cast<uint64_t>(config.training.seed));
+  if (spec.pitfall != Pitfall::kMissingInit) model->init_weights(seed);
   model->to(device);
   if (spec.compute_copies && config.training.dtype == Precision::kBf16) model->enable_compute_copies(torch::kBFloat16);
   return model;

@@ -19,19 +19,19 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-void check_inputs(const torch::Tensor& gate_up) {
-  TORCH_CHECK(gate_up.defined(), "tt::ops::swiglu: gate_up must be a defined tensor");
-  TORCH_CHECK(gate_up.is_floating_point(), "tt::ops::swiglu: gate_up must be a floating-point tensor, got ",
+// op: "swiglu" or "swiglu_strided", for the messages.
+void check_inputs(const torch::Tensor& gate_up, const char* op = "swiglu") {
+  TORCH_CHECK(gate_up.defined(), "tt::ops::", op, ": gate_up must be a defined tensor");
+  TORCH_CHECK(gate_up.is_floating_point(), "tt::ops::", op, ": gate_up must be a floating-point tensor, got ",
               gate_up.scalar_type());
-  TORCH_CHECK(gate_up.dim() >= 1 && gate_up.size(-1) > 0 && gate_up.size(-1) % 2 == 0,
-              "tt::ops::swiglu: gate_up must have shape [..., 2 * ffn] with ffn > 0 (gate then up), got ",
-              gate_up.sizes());
+  TORCH_CHECK(gate_up.dim() >= 1 && gate_up.size(-1) > 0 && gate_up.size(-1) % 2 == 0, "tt::ops::", op,
+              ": gate_up must have shape [..., 2 * ffn] with ffn > 0 (gate then up), got ", gate_up.sizes());
   if (gate_up.is_cpu()) return;
-  detail::check_gpu_input("swiglu", "gate_up", gate_up);
+  detail::check_gpu_input(op, "gate_up", gate_up);
 #ifdef TT_HAVE_GPU_KERNELS
   TORCH_CHECK(gate_up.numel() / gate_up.size(-1) <= std::numeric_limits<int32_t>::max() &&
                   gate_up.size(-1) <= std::numeric_limits<int32_t>::max(),
-              "tt::ops::swiglu: the GPU kernel handles at most 2^31 - 1 rows of at most 2^31 - 1 elements, got ",
+              "tt::ops::", op, ": the GPU kernel handles at most 2^31 - 1 rows of at most 2^31 - 1 elements, got ",
               gate_up.sizes());
 #endif
 }
@@ -99,6 +99,50 @@ torch::Tensor backward_gpu(const torch::Tensor& grad_out, const torch::Tensor& g
       "swiglu_backward");
   return grad_gate_up;
 }
+
+// gate_up as [rows, 2F] without a copy when its layout allows one (any layout whose leading dimensions
+// merge); otherwise reshape copies, and the strided kernels read the copy.
+torch::Tensor as_rows(const torch::Tensor& gate_up) { return gate_up.reshape({-1, gate_up.size(-1)}); }
+
+kernels::SwigluStridedParams strided_params(const torch::Tensor& rows_view) {
+  kernels::SwigluStridedParams params{};
+  params.gate_up = rows_view.data_ptr();
+  params.rows = rows_view.size(0);
+  params.ffn = rows_view.size(1) / 2;
+  params.row_stride = rows_view.stride(0);
+  params.col_stride = rows_view.stride(1);
+  return params;
+}
+
+torch::Tensor forward_strided_gpu(const torch::Tensor& gate_up) {
+  c10::DeviceGuard guard(gate_up.device());
+  const auto rows_view = as_rows(gate_up);
+  auto out_sizes = gate_up.sizes().vec();
+  out_sizes.back() = gate_up.size(-1) / 2;
+  auto out = torch::empty(out_sizes, gate_up.options());
+  auto params = strided_params(rows_view);
+  params.out = out.data_ptr();
+  detail::check_launch("swiglu_strided",
+                       kernels::swiglu_strided_forward(params, detail::kernel_dtype(gate_up.scalar_type()),
+                                                       detail::current_stream(gate_up)),
+                       "swiglu_strided_forward");
+  return out;
+}
+
+torch::Tensor backward_strided_gpu(const torch::Tensor& grad_out, const torch::Tensor& gate_up) {
+  c10::DeviceGuard guard(gate_up.device());
+  const auto rows_view = as_rows(gate_up);
+  auto grad = grad_out.to(gate_up.scalar_type()).contiguous();
+  auto grad_gate_up = torch::empty(gate_up.sizes(), gate_up.options().memory_format(torch::MemoryFormat::Contiguous));
+  auto params = strided_params(rows_view);
+  params.grad_out = grad.data_ptr();
+  params.out = grad_gate_up.data_ptr();
+  detail::check_launch("swiglu_strided",
+                       kernels::swiglu_strided_backward(params, detail::kernel_dtype(gate_up.scalar_type()),
+                                                        detail::current_stream(gate_up)),
+                       "swiglu_strided_backward");
+  return grad_gate_up;
+}
 #endif
 
 }  // namespace
@@ -134,5 +178,31 @@ struct SwigluFunction : torch::autograd::Function<SwigluFunction> {
 };
 
 torch::Tensor swiglu(const torch::Tensor& gate_up) { return SwigluFunction::apply(gate_up); }
+
+// Saves gate_up as it came, in its own layout: the backward reads it through the same strided path.
+struct SwigluStridedFunction : torch::autograd::Function<SwigluStridedFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& gate_up) {
+    check_inputs(gate_up, "swiglu_strided");
+    ctx->save_for_backward({gate_up});
+    if (gate_up.is_cpu()) return forward_aten(gate_up);
+#ifdef TT_HAVE_GPU_KERNELS
+    return forward_strided_gpu(gate_up);
+#else
+    return torch::Tensor();
+#endif
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto gate_up = ctx->get_saved_variables()[0];
+    if (gate_up.is_cpu()) return {backward_aten(grad_outputs[0], gate_up)};
+#ifdef TT_HAVE_GPU_KERNELS
+    return {backward_strided_gpu(grad_outputs[0], gate_up)};
+#else
+    return {torch::Tensor()};
+#endif
+  }
+};
+
+torch::Tensor swiglu_strided(const torch::Tensor& gate_up) { return SwigluStridedFunction::apply(gate_up); }
 
 }  // namespace tt::ops
