@@ -75,10 +75,12 @@ inline void expect_close(const torch::Tensor& actual, const torch::Tensor& expec
 
 // `ours`, `ref_same` (the reference at the test's precision; unused for fp32) and `ref64` are compared in
 // fp64. NaNs must appear in the same places as the reference's (an all-ignored cross-entropy batch) and are
-// otherwise skipped.
+// otherwise skipped. `extra_roundings`: how many more times than the reference ours rounds a running sum to
+// `dtype` (an accumulation over chunks); each adds half an ulp of the scale to the allowance.
 inline void expect_matches_reference(const torch::Tensor& ours, const torch::Tensor& ref_same,
                                      const torch::Tensor& ref64, torch::ScalarType dtype, double fp32_rtol,
-                                     const std::string& what, double term_scale = -1.0) {
+                                     const std::string& what, double term_scale = -1.0,
+                                     int64_t extra_roundings = 0) {
   ASSERT_TRUE(ours.defined()) << what << ": no result (undefined tensor)";
   ASSERT_EQ(ours.sizes(), ref64.sizes()) << what << ": shape differs from the reference's";
   auto o = ours.detach().to(torch::kFloat64);
@@ -103,9 +105,9 @@ inline void expect_matches_reference(const torch::Tensor& ours, const torch::Ten
   } else {
     const double ref_error = abs_diff(ref_same.detach().to(torch::kFloat64)).max().item<double>();
     const double floor = unit_roundoff(dtype) * scale;
-    allowed = 2 * ref_error + floor;
-    rule << "2 x reference's own " << dtype_name(dtype) << " error " << ref_error << " + floor " << floor
-         << " (half an ulp of scale " << scale << ")";
+    allowed = 2 * ref_error + (1 + extra_roundings) * floor;
+    rule << "2 x reference's own " << dtype_name(dtype) << " error " << ref_error << " + " << (1 + extra_roundings)
+         << " x floor " << floor << " (half an ulp of scale " << scale << ")";
   }
   EXPECT_LE(error, allowed) << what << " [" << dtype_name(dtype) << "]: max |ours - fp64 reference| = " << error
                             << " exceeds " << allowed << " = " << rule.str() << "; worst at flat index " << worst

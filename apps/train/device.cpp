@@ -19,8 +19,17 @@ torch::Device resolve_device(const std::string& requested) {
   return gpu ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
 }
 
+namespace {
+
+// The caching allocator's queries take a device index; torch::kCUDA alone (index -1) means the current device.
+c10::DeviceIndex index_of(const torch::Device& device) {
+  return device.has_index() ? device.index() : at::accelerator::getDeviceIndex();
+}
+
+}  // namespace
+
 void synchronize(const torch::Device& device) {
-  if (device.is_cuda()) at::accelerator::synchronizeDevice(device.index());
+  if (device.is_cuda()) at::accelerator::synchronizeDevice(index_of(device));
 }
 
 StepTimer::StepTimer(const torch::Device& device, size_t marks) : device_(device), times_(marks) {
@@ -49,19 +58,19 @@ double StepTimer::host_elapsed_ms(size_t a, size_t b) const {
 }
 
 void reset_peak_memory(const torch::Device& device) {
-  if (device.is_cuda()) at::accelerator::resetPeakStats(device.index());
+  if (device.is_cuda()) at::accelerator::resetPeakStats(index_of(device));
 }
 
 MemoryStats peak_memory(const torch::Device& device) {
   if (!device.is_cuda()) return {};
-  const auto stats = at::accelerator::getDeviceStats(device.index());
+  const auto stats = at::accelerator::getDeviceStats(index_of(device));
   constexpr size_t kAggregate = 0;
   return {stats.allocated_bytes[kAggregate].peak, stats.reserved_bytes[kAggregate].peak};
 }
 
 int64_t total_device_memory(const torch::Device& device) {
   if (!device.is_cuda()) return 0;
-  return static_cast<int64_t>(at::accelerator::getMemoryInfo(device.index()).second);
+  return static_cast<int64_t>(at::accelerator::getMemoryInfo(index_of(device)).second);
 }
 
 void set_allow_tf32(bool allow) {
@@ -72,7 +81,7 @@ void set_allow_tf32(bool allow) {
 
 int64_t device_memory_in_use(const torch::Device& device) {
   if (!device.is_cuda()) return 0;
-  const auto [free, total] = at::accelerator::getMemoryInfo(device.index());
+  const auto [free, total] = at::accelerator::getMemoryInfo(index_of(device));
   return static_cast<int64_t>(total - free);
 }
 
