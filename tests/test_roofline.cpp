@@ -102,6 +102,27 @@ TEST(Roofline, TableAndChartShowTheTopKernels) {
   EXPECT_NE(svg.find("memory 3.00 TB/s"), std::string::npos) << svg;
 }
 
+// Nsight Compute 2025 abbreviates units ("ns" for gpu__time_duration even with --print-units base): the
+// fixture with its units row abbreviated gives the same report.
+TEST(Roofline, AbbreviatedUnitsGiveTheSameReport) {
+  std::ifstream in(kFixture);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string csv = text.str();
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"\"nsecond\"", "\"ns\""}, {"\"byte/cycle\"", "\"B/cycle\""}, {"\"byte\"", "\"B\""}, {"\"cycle/second\"", "\"Hz\""}}) {
+    ASSERT_NE(csv.find(from), std::string::npos) << from;
+    for (size_t at = csv.find(from); at != std::string::npos; at = csv.find(from, at + to.size())) csv.replace(at, from.size(), to);
+  }
+  const Report a = read_ncu_csv(kFixture), b = parse_ncu_csv(csv, "abbreviated.csv");
+  ASSERT_EQ(a.kernels.size(), b.kernels.size());
+  for (size_t i = 0; i < a.kernels.size(); ++i) {
+    EXPECT_DOUBLE_EQ(a.kernels[i].seconds, b.kernels[i].seconds) << a.kernels[i].name;
+    EXPECT_DOUBLE_EQ(a.kernels[i].bytes, b.kernels[i].bytes) << a.kernels[i].name;
+  }
+  EXPECT_EQ(a.ncu_peak_bandwidth, b.ncu_peak_bandwidth);
+}
+
 TEST(Roofline, BadCounterFilesFailWithTheProblem) {
   auto message = [](const std::string& text) {
     try {

@@ -65,23 +65,16 @@ std::vector<std::string> split_csv_line(const std::string& line) {
 // Factor from a unit ncu printed to seconds, bytes or per-second; 1 for counts. Throws for a unit it does
 // not know, so that a number is never silently off by 1000.
 double unit_factor(const std::string& unit, const std::string& column) {
-  static const std::map<std::string, double> factors = {{"", 1},
-                                                        {"inst", 1},
-                                                        {"cycle", 1},
-                                                        {"nsecond", 1e-9},
-                                                        {"usecond", 1e-6},
-                                                        {"msecond", 1e-3},
-                                                        {"second", 1},
-                                                        {"byte", 1},
-                                                        {"Kbyte", 1e3},
-                                                        {"Mbyte", 1e6},
-                                                        {"Gbyte", 1e9},
-                                                        {"Tbyte", 1e12},
-                                                        {"byte/cycle", 1},
-                                                        {"cycle/second", 1},
-                                                        {"cycle/usecond", 1e6},
-                                                        {"cycle/nsecond", 1e9},
-                                                        {"cycle/msecond", 1e3}};
+  // Both spellings: older ncu writes "nsecond", "byte", "cycle/second"; Nsight Compute 2025 writes "ns" for
+  // gpu__time_duration even with --print-units base.
+  static const std::map<std::string, double> factors = {
+      {"", 1},           {"inst", 1},          {"cycle", 1},          {"nsecond", 1e-9},   {"ns", 1e-9},
+      {"usecond", 1e-6}, {"us", 1e-6},         {"msecond", 1e-3},     {"ms", 1e-3},        {"second", 1},
+      {"s", 1},          {"byte", 1},          {"B", 1},              {"Kbyte", 1e3},      {"KB", 1e3},
+      {"Mbyte", 1e6},    {"MB", 1e6},          {"Gbyte", 1e9},        {"GB", 1e9},         {"Tbyte", 1e12},
+      {"TB", 1e12},      {"byte/cycle", 1},    {"B/cycle", 1},        {"cycle/second", 1}, {"cycle/s", 1},
+      {"Hz", 1},         {"cycle/usecond", 1e6}, {"cycle/us", 1e6},   {"MHz", 1e6},        {"cycle/nsecond", 1e9},
+      {"cycle/ns", 1e9}, {"GHz", 1e9},         {"cycle/msecond", 1e3}, {"cycle/ms", 1e3},  {"KHz", 1e3}};
   const auto it = factors.find(unit);
   if (it == factors.end())
     throw std::runtime_error("column \"" + column + "\" has the unit \"" + unit +

@@ -43,13 +43,19 @@ std::string version_string(int v) {
 void gpu_details(SystemInfo& info, int index) {
 #if defined(TT_BACKEND_CUDA)
   cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, index) == cudaSuccess) info.device_name = prop.name;
+  if (cudaGetDeviceProperties(&prop, index) == cudaSuccess)
+    info.device_name = prop.name;
+  else
+    (void)cudaGetLastError();  // a failed query must not be reported by the next kernel launch's check
   int driver = 0, runtime = 0;
   if (cudaDriverGetVersion(&driver) == cudaSuccess) info.driver_version = "CUDA driver API " + version_string(driver);
   if (cudaRuntimeGetVersion(&runtime) == cudaSuccess) info.runtime_version = "CUDA runtime " + version_string(runtime);
 #elif defined(TT_BACKEND_HIP)
   hipDeviceProp_t prop{};
-  if (hipGetDeviceProperties(&prop, index) == hipSuccess) info.device_name = prop.name;
+  if (hipGetDeviceProperties(&prop, index) == hipSuccess)
+    info.device_name = prop.name;
+  else
+    (void)hipGetLastError();  // a failed query must not be reported by the next kernel launch's check
   int driver = 0, runtime = 0;
   if (hipDriverGetVersion(&driver) == hipSuccess) info.driver_version = "HIP driver " + version_string(driver);
   if (hipRuntimeGetVersion(&runtime) == hipSuccess) info.runtime_version = "HIP runtime " + version_string(runtime);
@@ -76,7 +82,7 @@ SystemInfo collect_system_info(const torch::Device& device) {
   info.device = device.str();
   info.device_name = "cpu";
   if (device.is_cuda()) {
-    gpu_details(info, device.index());
+    gpu_details(info, index_of(device));
     info.device_memory_mb = total_device_memory(device) >> 20;
   }
   info.libtorch_version = TORCH_VERSION;

@@ -19,14 +19,9 @@ torch::Device resolve_device(const std::string& requested) {
   return gpu ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
 }
 
-namespace {
-
-// The caching allocator's queries take a device index; torch::kCUDA alone (index -1) means the current device.
 c10::DeviceIndex index_of(const torch::Device& device) {
   return device.has_index() ? device.index() : at::accelerator::getDeviceIndex();
 }
-
-}  // namespace
 
 void synchronize(const torch::Device& device) {
   if (device.is_cuda()) at::accelerator::synchronizeDevice(index_of(device));

@@ -15,6 +15,9 @@ namespace tt {
 
 // "auto" picks the GPU when LibTorch sees one. Throws with a clear message for "cuda" without a GPU.
 torch::Device resolve_device(const std::string& requested);
+// A GPU's index for runtime and allocator queries: torch::kCUDA alone (index -1) means the current device,
+// which those queries would refuse (or, in the CUDA runtime, fail and leave the error for the next launch check).
+c10::DeviceIndex index_of(const torch::Device& device);
 void synchronize(const torch::Device& device);
 
 // Timestamps a sequence of points in one step. On a GPU each mark records an event on the current

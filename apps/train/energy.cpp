@@ -8,6 +8,8 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "apps/train/device.h"
+
 namespace tt {
 
 // The few NVML entry points used, declared here with NVML's C types (nvml.h is not needed to build).
@@ -80,8 +82,8 @@ EnergyMeter::EnergyMeter(const torch::Device& device, const std::string& library
   // The PCI bus id names the same GPU for CUDA and NVML, whatever CUDA_VISIBLE_DEVICES and the device
   // order do to the indices.
   std::array<char, 32> bus_id{};
-  if (cudaDeviceGetPCIBusId(bus_id.data(), static_cast<int>(bus_id.size()), device.index() < 0 ? 0 : device.index()) !=
-      cudaSuccess) {
+  if (cudaDeviceGetPCIBusId(bus_id.data(), static_cast<int>(bus_id.size()), index_of(device)) != cudaSuccess) {
+    (void)cudaGetLastError();  // not left for the next kernel launch's check
     note_ = "energy not measured: the CUDA runtime did not give the GPU's PCI bus id";
     return;
   }
