@@ -81,6 +81,16 @@ TEST(Roofline, RoofsComeFromThePeakTableAndBoundFromTheRidge) {
   EXPECT_EQ(json["kernels"][1]["bound"], "memory");             // 20 FLOP/byte
   EXPECT_EQ(json["kernels"][3]["bound"], "memory (no FLOPs)");  // the fill
   EXPECT_DOUBLE_EQ(json["kernels"][0]["achieved_flops_per_s"].get<double>(), 2e10 / 2.5e-4);
+  // A kernel's roof: the tensor cores' for the tensor-path GEMM, fp32 for the SIMT one (ffma only), whose
+  // ridge is 66.9e12 / 3e12 = 22.3 FLOP/byte: at 100 FLOP/byte it is compute-bound, though below the
+  // tensor cores' ridge.
+  EXPECT_EQ(compute_roof(r, r.kernels[0]), &r.compute_roofs.front());
+  EXPECT_EQ(compute_roof(r, r.kernels[1]), &r.compute_roofs.back());
+  Report simt = r;
+  simt.kernels[1].flops = 100 * simt.kernels[1].bytes;
+  EXPECT_EQ(to_json(simt, 10)["kernels"][1]["bound"], "compute");
+  EXPECT_DOUBLE_EQ(*attainable(simt, simt.kernels[1]), 66.9e12);
+  EXPECT_DOUBLE_EQ(*attainable(r, r.kernels[1]), 3e12 * 20);
 }
 
 TEST(Roofline, TableAndChartShowTheTopKernels) {
@@ -102,15 +112,15 @@ TEST(Roofline, TableAndChartShowTheTopKernels) {
   EXPECT_NE(svg.find("memory 3.00 TB/s"), std::string::npos) << svg;
 }
 
-// Nsight Compute 2025 abbreviates units ("ns" for gpu__time_duration even with --print-units base): the
-// fixture with its units row abbreviated gives the same report.
+// Nsight Compute 2025.3 abbreviates units ("ns", "hz", as its CSV from an H200 had them, even with
+// --print-units base): the fixture with its units row abbreviated gives the same report.
 TEST(Roofline, AbbreviatedUnitsGiveTheSameReport) {
   std::ifstream in(kFixture);
   std::stringstream text;
   text << in.rdbuf();
   std::string csv = text.str();
   for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
-           {"\"nsecond\"", "\"ns\""}, {"\"byte/cycle\"", "\"B/cycle\""}, {"\"byte\"", "\"B\""}, {"\"cycle/second\"", "\"Hz\""}}) {
+           {"\"nsecond\"", "\"ns\""}, {"\"byte/cycle\"", "\"B/cycle\""}, {"\"byte\"", "\"B\""}, {"\"cycle/second\"", "\"hz\""}}) {
     ASSERT_NE(csv.find(from), std::string::npos) << from;
     for (size_t at = csv.find(from); at != std::string::npos; at = csv.find(from, at + to.size())) csv.replace(at, from.size(), to);
   }

@@ -65,8 +65,8 @@ std::vector<std::string> split_csv_line(const std::string& line) {
 // Factor from a unit ncu printed to seconds, bytes or per-second; 1 for counts. Throws for a unit it does
 // not know, so that a number is never silently off by 1000.
 double unit_factor(const std::string& unit, const std::string& column) {
-  // Both spellings: older ncu writes "nsecond", "byte", "cycle/second"; Nsight Compute 2025 writes "ns" for
-  // gpu__time_duration even with --print-units base.
+  // Every spelling seen: older ncu writes "nsecond", "byte", "cycle/second"; Nsight Compute 2025.3 writes
+  // "ns" and "hz" (lower case) even with --print-units base.
   static const std::map<std::string, double> factors = {
       {"", 1},           {"inst", 1},          {"cycle", 1},          {"nsecond", 1e-9},   {"ns", 1e-9},
       {"usecond", 1e-6}, {"us", 1e-6},         {"msecond", 1e-3},     {"ms", 1e-3},        {"second", 1},
@@ -74,7 +74,8 @@ double unit_factor(const std::string& unit, const std::string& column) {
       {"Mbyte", 1e6},    {"MB", 1e6},          {"Gbyte", 1e9},        {"GB", 1e9},         {"Tbyte", 1e12},
       {"TB", 1e12},      {"byte/cycle", 1},    {"B/cycle", 1},        {"cycle/second", 1}, {"cycle/s", 1},
       {"Hz", 1},         {"cycle/usecond", 1e6}, {"cycle/us", 1e6},   {"MHz", 1e6},        {"cycle/nsecond", 1e9},
-      {"cycle/ns", 1e9}, {"GHz", 1e9},         {"cycle/msecond", 1e3}, {"cycle/ms", 1e3},  {"KHz", 1e3}};
+      {"cycle/ns", 1e9}, {"GHz", 1e9},         {"cycle/msecond", 1e3}, {"cycle/ms", 1e3},  {"KHz", 1e3},
+      {"hz", 1},         {"khz", 1e3},         {"mhz", 1e6},          {"ghz", 1e9}};
   const auto it = factors.find(unit);
   if (it == factors.end())
     throw std::runtime_error("column \"" + column + "\" has the unit \"" + unit +
@@ -130,8 +131,9 @@ std::string si(double v, const char* unit) {
 std::string bound_of(const Report& r, const Kernel& k) {
   const auto ai = k.intensity();
   if (k.flops == 0) return "memory (no FLOPs)";
-  if (!ai || r.compute_roofs.empty() || !r.bandwidth) return "-";
-  return *ai < r.compute_roofs.front().flops_per_s / *r.bandwidth ? "memory" : "compute";
+  const Roof* roof = compute_roof(r, k);
+  if (!ai || !roof || !r.bandwidth) return "-";
+  return *ai < roof->flops_per_s / *r.bandwidth ? "memory" : "compute";
 }
 
 }  // namespace
@@ -194,7 +196,11 @@ Report parse_ncu_csv(const std::string& text, const std::string& source) {
     ++k.calls;
     k.seconds += *seconds;
     k.bytes += value(row, r, kBytesRead).value_or(0) + value(row, r, kBytesWrite).value_or(0);
-    for (const auto& [name, weight] : flop_counters()) k.flops += weight * value(row, r, name).value_or(0);
+    for (const auto& [name, weight] : flop_counters()) {
+      const double flops = weight * value(row, r, name).value_or(0);
+      k.flops += flops;
+      if (name.rfind("sm__ops_path_tensor", 0) == 0) k.tensor_flops += flops;
+    }
     peak_bytes_per_cycle = std::max(peak_bytes_per_cycle, value(row, r, kPeakBytesPerCycle).value_or(0));
     cycles_per_second = std::max(cycles_per_second, value(row, r, kDramCyclesPerSecond).value_or(0));
     ++report.launches;
@@ -249,6 +255,18 @@ std::optional<double> attainable(const Report& r, double intensity) {
   return std::min(r.compute_roofs.front().flops_per_s, *r.bandwidth * intensity);
 }
 
+const Roof* compute_roof(const Report& r, const Kernel& k) {
+  if (r.compute_roofs.empty()) return nullptr;
+  return 2 * k.tensor_flops >= k.flops ? &r.compute_roofs.front() : &r.compute_roofs.back();
+}
+
+std::optional<double> attainable(const Report& r, const Kernel& k) {
+  const Roof* roof = compute_roof(r, k);
+  const auto ai = k.intensity();
+  if (!roof || !r.bandwidth || !ai) return std::nullopt;
+  return std::min(roof->flops_per_s, *r.bandwidth * *ai);
+}
+
 std::string to_markdown(const Report& r, size_t top) {
   std::string out = "## Roofline: " + r.title + "\n\n";
   out += strprintf("%lld kernel launches, %.3f ms of GPU time, %zu distinct kernels; the top %zu by GPU time:\n\n",
@@ -260,7 +278,7 @@ std::string to_markdown(const Report& r, size_t top) {
   for (size_t i = 0; i < std::min(top, r.kernels.size()); ++i) {
     const Kernel& k = r.kernels[i];
     const auto ai = k.intensity();
-    const auto roof = ai && k.flops > 0 ? attainable(r, *ai) : std::nullopt;
+    const auto roof = ai && k.flops > 0 ? attainable(r, k) : std::nullopt;
     out += strprintf("| %zu | `%s` | %lld | %.3f | %.1f%% | %.3f | %.2f | %s | %s | %s | %s | %s |\n", i + 1,
                      short_name(k.name).c_str(), static_cast<long long>(k.calls), k.seconds * 1e3, 100 * k.share,
                      k.flops / 1e9, k.bytes / 1e6, ai ? strprintf("%.3g", *ai).c_str() : "-",
@@ -276,8 +294,8 @@ std::string to_markdown(const Report& r, size_t top) {
   out +=
       ".\n\nFLOPs: fp32 and half-precision add, mul (1) and fma (2) thread instructions on the FMA pipes plus the "
       "tensor cores' math ops, as ncu counts them; bytes: DRAM reads + writes. \"bound\": which roof a kernel sits "
-      "under at its intensity; \"of attainable\": achieved FLOP/s / min(highest compute roof, bandwidth x "
-      "intensity).\n";
+      "under at its intensity, against its compute roof: the tensor cores' (the highest) where most of its FLOPs ran "
+      "on them, fp32 otherwise; \"of attainable\": achieved FLOP/s / min(that roof, bandwidth x intensity).\n";
   for (const auto& note : r.notes) out += "\nNote: " + note + ".\n";
   if (!r.missing_metrics.empty()) {
     out += "\nMissing metrics:";

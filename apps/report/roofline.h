@@ -23,6 +23,7 @@ struct Kernel {
   double seconds = 0;  // GPU time, all calls
   double flops = 0;    // all calls
   double bytes = 0;    // DRAM bytes read + written, all calls
+  double tensor_flops = 0;  // the part of `flops` done on the tensor cores
   double share = 0;    // of the profiled GPU time
   // FLOPs per byte; none when no bytes were counted (everything served from cache).
   std::optional<double> intensity() const { return bytes > 0 ? std::optional<double>(flops / bytes) : std::nullopt; }
@@ -59,6 +60,10 @@ std::vector<Roof> roofs_for(const std::string& device_name);
 
 // Attainable FLOP/s at this intensity under the highest compute roof and the memory roof; none without both.
 std::optional<double> attainable(const Report& report, double intensity);
+// The roof a kernel is held to: the tensor cores' (the highest) where most of its FLOPs ran on them, the fp32
+// roof (the lowest) otherwise: an fp32 SIMT GEMM is compute-bound well below the tensor cores' ridge.
+const Roof* compute_roof(const Report& report, const Kernel& kernel);
+std::optional<double> attainable(const Report& report, const Kernel& kernel);
 
 std::string to_markdown(const Report& report, size_t top);
 std::string to_svg(const Report& report, size_t top);
