@@ -83,20 +83,6 @@ std::set<std::string> keys_of(const nlohmann::json* a, const nlohmann::json* b) 
   return keys;
 }
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += ch;
-    }
-  }
-  return out;
-}
-
 // Stage labels in the SVG get about 210 px left of the bars; longer ones ("v2_fused (run_.../v2_fused)") are cut,
 // and the bar's tooltip keeps the full label.
 std::string fit_label(const std::string& label) {

@@ -14,20 +14,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += ch;
-    }
-  }
-  return out;
-}
-
 std::string text_of(const nlohmann::json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_null()) return "-";
@@ -39,8 +25,8 @@ std::string text_of(const nlohmann::json& v) {
 std::string fields_table(const nlohmann::json& object) {
   std::string out = "<table class=\"kv\">";
   for (const auto& [key, value] : object.items())
-    out += "<tr><th>" + escape(key) + "</th><td>" +
-           escape(value.is_object() || value.is_array() ? value.dump() : text_of(value)) + "</td></tr>";
+    out += "<tr><th>" + xml_escape(key) + "</th><td>" +
+           xml_escape(value.is_object() || value.is_array() ? value.dump() : text_of(value)) + "</td></tr>";
   return out + "</table>\n";
 }
 
@@ -66,12 +52,12 @@ std::string hotspots_table(const nlohmann::json& profile, size_t top) {
   const auto gpu_ms = number(profile, "gpu_time_per_step_ms");
   const auto kernels = number(profile, "kernels_per_step");
   std::string out = "<p>" +
-                    escape(strprintf("%.0f profiled steps", number(profile, "steps").value_or(0)) +
-                           (gpu_ms ? strprintf(", GPU time %.3f ms per step", *gpu_ms) : std::string()) +
-                           (kernels ? strprintf(", %.1f kernels per step", *kernels) : std::string()) +
-                           (profile.value("basis", std::string()) == "cpu_self_time"
-                                ? " (a CPU run: ATen ops by self time, no GPU kernels)"
-                                : "")) +
+                    xml_escape(strprintf("%.0f profiled steps", number(profile, "steps").value_or(0)) +
+                               (gpu_ms ? strprintf(", GPU time %.3f ms per step", *gpu_ms) : std::string()) +
+                               (kernels ? strprintf(", %.1f kernels per step", *kernels) : std::string()) +
+                               (profile.value("basis", std::string()) == "cpu_self_time"
+                                    ? " (a CPU run: ATen ops by self time, no GPU kernels)"
+                                    : "")) +
                     "</p>\n<table><tr><th>share</th><th>total ms</th><th>calls</th><th>mean µs</th><th>kind</th>"
                     "<th>kernel / op</th></tr>\n";
   size_t n = 0;
@@ -80,7 +66,7 @@ std::string hotspots_table(const nlohmann::json& profile, size_t top) {
     out += strprintf("<tr><td>%.1f%%</td><td>%.3f</td><td>%.0f</td><td>%.2f</td>", 100 * number(h, "share").value_or(0),
                      number(h, "total_us").value_or(0) / 1e3, number(h, "calls").value_or(0),
                      number(h, "mean_us").value_or(0)) +
-           "<td>" + escape(h.value("kind", "")) + "</td><td class=\"name\">" + escape(h.value("name", "")) +
+           "<td>" + xml_escape(h.value("kind", "")) + "</td><td class=\"name\">" + xml_escape(h.value("name", "")) +
            "</td></tr>\n";
   }
   return out + "</table>\n";
@@ -89,10 +75,11 @@ std::string hotspots_table(const nlohmann::json& profile, size_t top) {
 std::string result_section(const Row& row, const Result& result) {
   const auto& j = result.json;
   const auto& s = j["summary"];
-  std::string out = "<section><h3>" + escape(row.label) + "</h3>\n<p class=\"path\">" + escape(result.path) + "</p>\n";
+  std::string out =
+      "<section><h3>" + xml_escape(row.label) + "</h3>\n<p class=\"path\">" + xml_escape(result.path) + "</p>\n";
   if (j["stage"].contains("pitfall"))
-    out += "<p><b>Pitfall " + escape(j["stage"]["pitfall"].value("name", "")) +
-           "</b>: " + escape(j["stage"]["pitfall"].value("lesson", "")) + "</p>\n";
+    out += "<p><b>Pitfall " + xml_escape(j["stage"]["pitfall"].value("name", "")) +
+           "</b>: " + xml_escape(j["stage"]["pitfall"].value("lesson", "")) + "</p>\n";
   out +=
       "<h4>Timing (median ms)</h4><table><tr><th>timer</th><th>forward</th><th>backward</th><th>optimizer</th>"
       "<th>step</th></tr><tr><td>device events</td><td>" +
@@ -106,15 +93,15 @@ std::string result_section(const Row& row, const Result& result) {
   }
   out += "</table>\n";
   if (s.contains("host_clock_ms"))
-    out += "<p class=\"note\">" + escape(s["host_clock_ms"].value("note", "")) + "</p>\n";
+    out += "<p class=\"note\">" + xml_escape(s["host_clock_ms"].value("note", "")) + "</p>\n";
   out += "<h4>Energy</h4><p>";
   out += s.contains("energy_j_per_step") && s["energy_j_per_step"].is_number()
-             ? escape(strprintf("%.3f J per step, ", s["energy_j_per_step"].get<double>()) +
-                      (s["tokens_per_joule"].is_number()
-                           ? strprintf("%.0f tokens per joule", s["tokens_per_joule"].get<double>())
-                           : std::string("tokens per joule -")))
+             ? xml_escape(strprintf("%.3f J per step, ", s["energy_j_per_step"].get<double>()) +
+                          (s["tokens_per_joule"].is_number()
+                               ? strprintf("%.0f tokens per joule", s["tokens_per_joule"].get<double>())
+                               : std::string("tokens per joule -")))
              : std::string("not measured");
-  out += "</p><p class=\"note\">" + escape(s.value("energy_note", std::string("no energy fields in this result"))) +
+  out += "</p><p class=\"note\">" + xml_escape(s.value("energy_note", std::string("no energy fields in this result"))) +
          "</p>\n";
   if (j.contains("profile")) out += "<h4>Top kernels (--profile)</h4>\n" + hotspots_table(j["profile"], 10);
   out += "<details><summary>System, config and components</summary>\n<h4>System</h4>\n" + fields_table(j["system"]) +
@@ -135,27 +122,27 @@ section{border-top:2px solid #ddd;margin-top:20px}svg{max-width:100%;height:auto
 
 std::string to_html(const Comparison& c, const std::vector<Result>& results, const std::string& folder) {
   std::string out = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>TinyTransformer report: " +
-                    escape(c.config_name) + "</title>\n<style>" + kStyle + "</style></head><body>\n";
-  out += "<h1>TinyTransformer run report</h1>\n<p>config <b>" + escape(c.config_name) + "</b> | dtype <b>" +
-         escape(c.dtype) + "</b> | device <b>" + escape(c.device_name) + "</b>" +
-         (c.peak_tflops ? escape(strprintf(" | peak %.1f TFLOP/s", *c.peak_tflops)) : std::string()) + "</p>\n";
+                    xml_escape(c.config_name) + "</title>\n<style>" + kStyle + "</style></head><body>\n";
+  out += "<h1>TinyTransformer run report</h1>\n<p>config <b>" + xml_escape(c.config_name) + "</b> | dtype <b>" +
+         xml_escape(c.dtype) + "</b> | device <b>" + xml_escape(c.device_name) + "</b>" +
+         (c.peak_tflops ? xml_escape(strprintf(" | peak %.1f TFLOP/s", *c.peak_tflops)) : std::string()) + "</p>\n";
   if (!c.mismatches.empty()) {
     out += "<p><b>Warning: these results are not comparable</b>:</p><ul>";
-    for (const auto& d : c.mismatches) out += "<li>" + escape(d.describe()) + "</li>";
+    for (const auto& d : c.mismatches) out += "<li>" + xml_escape(d.describe()) + "</li>";
     out += "</ul>\n";
   }
   out += "<h2>Comparison</h2>\n<table><tr>";
-  for (const auto& h : table_headers()) out += "<th>" + escape(h) + "</th>";
+  for (const auto& h : table_headers()) out += "<th>" + xml_escape(h) + "</th>";
   out += "</tr>\n";
   for (const auto& row : table_text(c)) {
     out += "<tr>";
-    for (const auto& cell : row) out += "<td>" + escape(cell) + "</td>";
+    for (const auto& cell : row) out += "<td>" + xml_escape(cell) + "</td>";
     out += "</tr>\n";
   }
-  out += "</table>\n<p class=\"note\">reference: " + escape(c.rows[c.reference].label) + ", " +
-         escape(c.reference_reason) + "</p>\n";
+  out += "</table>\n<p class=\"note\">reference: " + xml_escape(c.rows[c.reference].label) + ", " +
+         xml_escape(c.reference_reason) + "</p>\n";
   if (const std::string lessons = format_lessons(c); !lessons.empty())
-    out += "<h2>Debugging exercise</h2>\n<pre>" + escape(lessons) + "</pre>\n";
+    out += "<h2>Debugging exercise</h2>\n<pre>" + xml_escape(lessons) + "</pre>\n";
   out += "<h2>Chart</h2>\n" + to_svg(c);
 
   std::vector<fs::path> rooflines;
@@ -179,24 +166,24 @@ std::string to_html(const Comparison& c, const std::vector<Result>& results, con
     try {
       data = read_json_file(json_path.string());
     } catch (const std::exception& e) {
-      out += "<p class=\"note\">" + escape(json_path.string()) + ": " + escape(e.what()) + "</p>\n";
+      out += "<p class=\"note\">" + xml_escape(json_path.string()) + ": " + xml_escape(e.what()) + "</p>\n";
       continue;
     }
-    out += "<h3>" + escape(data.value("title", json_path.filename().string())) + "</h3>\n";
+    out += "<h3>" + xml_escape(data.value("title", json_path.filename().string())) + "</h3>\n";
     if (fs::exists(svg)) out += read_text(svg);
     out +=
         "<table><tr><th>#</th><th>kernel</th><th>calls</th><th>GPU ms</th><th>share</th><th>FLOP/byte</th>"
         "<th>TFLOP/s</th><th>GB/s</th><th>bound</th></tr>\n";
     size_t rank = 0;
     for (const auto& k : data.value("kernels", nlohmann::json::array()))
-      out += strprintf("<tr><td>%zu</td>", ++rank) + "<td class=\"name\">" + escape(k.value("name", "")) + "</td>" +
+      out += strprintf("<tr><td>%zu</td>", ++rank) + "<td class=\"name\">" + xml_escape(k.value("name", "")) + "</td>" +
              strprintf("<td>%lld</td><td>%.3f</td><td>%.1f%%</td>", static_cast<long long>(k.value("calls", 0)),
                        k.value("gpu_ms", 0.0), 100 * k.value("share", 0.0)) +
              "<td>" + (k["flop_per_byte"].is_number() ? strprintf("%.3g", k["flop_per_byte"].get<double>()) : "-") +
              "</td>" +
              strprintf("<td>%.3f</td><td>%.1f</td>", k.value("achieved_flops_per_s", 0.0) / 1e12,
                        k.value("dram_bytes_per_s", 0.0) / 1e9) +
-             "<td>" + escape(k.value("bound", "")) + "</td></tr>\n";
+             "<td>" + xml_escape(k.value("bound", "")) + "</td></tr>\n";
     out += "</table>\n";
   }
   out += "<h2>Results</h2>\n";

@@ -104,20 +104,6 @@ std::string short_name(const std::string& name) {
   return s.size() <= kMax ? s : s.substr(0, kMax - 1) + "…";
 }
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += ch;
-    }
-  }
-  return out;
-}
-
 std::string si(double v, const char* unit) {
   const char* prefixes[] = {"", "k", "M", "G", "T", "P"};
   int p = 0;

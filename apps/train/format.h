@@ -1,5 +1,5 @@
 // printf-style formatting into a std::string, for the numbers in progress lines, tables and messages of
-// every layer above this one.
+// every layer above this one; and escaping for the SVG and HTML the reports write.
 #pragma once
 
 #include <cstdio>
@@ -14,6 +14,21 @@ std::string strprintf(const char* format, Args... args) {
   std::string out(static_cast<size_t>(size) + 1, '\0');
   std::snprintf(out.data(), out.size(), format, args...);
   out.resize(static_cast<size_t>(size));
+  return out;
+}
+
+// Text placed inside SVG or HTML (kernel names hold '<' and '&'): the characters markup gives a meaning.
+inline std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    switch (ch) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += ch;
+    }
+  }
   return out;
 }
 
