@@ -124,15 +124,15 @@ TEST(DataParallelGpu, OneRankEqualsThePlainRun) {
     SCOPED_TRACE(spec.name + " " + to_string(precision));
     const auto plain = train_plain(spec, gpu_config(precision));
     const auto parallel = train_one_rank(spec, gpu_config(precision));
-    EXPECT_LE(largest_relative_difference(parallel.result["losses"], plain.result["losses"]), 1e-6);
+    EXPECT_LE(largest_relative_difference(parallel.result.at("losses"), plain.result.at("losses")), 1e-6);
     for (const auto& [name, w] : plain.weights) EXPECT_LE(testing::rel_error(parallel.weights.at(name), w), 1e-6) << name;
-    const auto& d = parallel.result["distributed"];
-    EXPECT_EQ(d["world_size"], 1);
-    EXPECT_EQ(d["backend"], collective_backend_name());
-    EXPECT_EQ(d["weights_max_diff_across_ranks"], 0.0);
-    EXPECT_GT(d["gradient_mb_per_step"].get<double>(), 0.0);
-    EXPECT_TRUE(std::isfinite(d["allreduce_ms_per_step"].get<double>()));
-    EXPECT_EQ(d["total_tokens_per_s"], d["per_gpu_tokens_per_s"]);
+    const auto& d = parallel.result.at("distributed");
+    EXPECT_EQ(d.at("world_size"), 1);
+    EXPECT_EQ(d.at("backend"), collective_backend_name());
+    EXPECT_EQ(d.at("weights_max_diff_across_ranks"), 0.0);
+    EXPECT_GT(d.at("gradient_mb_per_step").get<double>(), 0.0);
+    EXPECT_TRUE(std::isfinite(d.at("allreduce_ms_per_step").get<double>()));
+    EXPECT_EQ(d.at("total_tokens_per_s"), d.at("per_gpu_tokens_per_s"));
     EXPECT_NO_THROW(validate_result_json(parallel.result));
   }
 }
@@ -280,14 +280,15 @@ TEST(DataParallelGpu, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
         << read_text(two_log);
     const auto one = read_json_file((dir / (stage + "_one.json")).string());
     const auto two = read_json_file((dir / (stage + "_two.json")).string());
-    const double worst = largest_relative_difference(two["losses"], one["losses"]);
+    const double worst = largest_relative_difference(two.at("losses"), one.at("losses"));
     EXPECT_LE(worst, 1e-4) << "2 ranks x batch 2 vs 1 process x batch 4";
     std::cout << "[2 ranks vs 1] " << stage << ": largest relative loss difference " << worst << std::endl;
-    const auto& d = two["distributed"];
-    EXPECT_EQ(d["world_size"], 2);
-    EXPECT_EQ(d["global_batch_size"], 4);
-    EXPECT_EQ(d["weights_max_diff_across_ranks"], 0.0) << "the ranks' weights drifted apart";
-    EXPECT_DOUBLE_EQ(d["total_tokens_per_s"].get<double>(), 2 * d["per_gpu_tokens_per_s"].get<double>());
+    ASSERT_TRUE(two.contains("distributed")) << read_text(two_log);
+    const auto& d = two.at("distributed");
+    EXPECT_EQ(d.at("world_size"), 2);
+    EXPECT_EQ(d.at("global_batch_size"), 4);
+    EXPECT_EQ(d.at("weights_max_diff_across_ranks"), 0.0) << "the ranks' weights drifted apart";
+    EXPECT_DOUBLE_EQ(d.at("total_tokens_per_s").get<double>(), 2 * d.at("per_gpu_tokens_per_s").get<double>());
   }
   fs::remove_all(dir);
 }

@@ -63,12 +63,14 @@ TEST(TeachingGpu, EnergyIsMeasuredWhereTheCounterExists) {
   TT_SKIP_WITHOUT_GPU_KERNELS();
   const bool available = EnergyMeter(torch::kCUDA).available();
   RunConfig c = gpu_smoke();
-  c.training.num_steps = 20;
+  // Long enough a window (hundreds of ms) for the driver to refresh the counter more than once.
+  c.training.num_steps = 300;
   std::ostringstream log;
   const auto s = testing::train_result(stages::v3_custom(), c, torch::kCUDA, log)["summary"];
   if (available) {
     ASSERT_TRUE(s["energy_j_per_step"].is_number()) << s["energy_note"];
-    EXPECT_GE(s["energy_j_per_step"].get<double>(), 0.0);
+    EXPECT_GT(s["energy_j_per_step"].get<double>(), 0.0);
+    EXPECT_GT(s["tokens_per_joule"].get<double>(), 0.0);
     EXPECT_NE(s["energy_note"].get<std::string>().find("NVML"), std::string::npos);
   } else {
     EXPECT_TRUE(s["energy_j_per_step"].is_null());

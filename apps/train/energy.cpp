@@ -128,6 +128,12 @@ EnergyReading EnergyMeter::stop() {
     return {std::nullopt, "",
             "energy not measured: reading NVML's total-energy counter failed" +
                 (r != 0 ? ": " + nvml_->error(r) : std::string(" at the start of the window"))};
+  // The driver refreshes the counter periodically, not at every read: a window shorter than that can read
+  // no change at all, which is no measurement (0 J/step and infinite tokens per joule would be wrong).
+  if (mj <= *start_mj_)
+    return {std::nullopt, "",
+            "energy not measured: NVML's total-energy counter did not advance over the measured steps (a window "
+            "shorter than the driver's refresh: measure more steps)"};
   return {static_cast<double>(mj - *start_mj_) / 1000.0,
           "NVML nvmlDeviceGetTotalEnergyConsumption (" + nvml_->name +
               "), read before the first and after the last "
