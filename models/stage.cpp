@@ -16,7 +16,8 @@ namespace stages {
 StageSpec v1_baseline() {
   StageSpec spec;
   spec.name = "v1_baseline";
-  spec.summary = "plain LibTorch ops: separate projections, explicit-mask attention, unfused RMSNorm, torch::optim::AdamW";
+  spec.summary =
+      "plain LibTorch ops: separate projections, explicit-mask attention, unfused RMSNorm, torch::optim::AdamW";
   return spec;
 }
 
@@ -38,7 +39,8 @@ StageSpec v2_fused() {
 StageSpec v3_custom() {
   StageSpec spec = v2_fused();
   spec.name = "v3_custom";
-  spec.summary = "v2 plus custom kernels: RMSNorm, RoPE, flash attention, SwiGLU and cross-entropy, forward and backward";
+  spec.summary =
+      "v2 plus custom kernels: RMSNorm, RoPE, flash attention, SwiGLU and cross-entropy, forward and backward";
   spec.norm = NormKind::kOurKernel;
   spec.attention = AttentionKind::kOurFlash;
   spec.rope = RopeKind::kOurKernel;
@@ -149,15 +151,19 @@ ResidualNorm add_then_norm(const torch::Tensor& residual, const torch::Tensor& d
   return {h, Norm(h, weight, eps)};
 }
 
+// The dtype a GEMM reading `t` runs in: autocast's for an fp32 tensor while autocast is on, else t's own.
+torch::ScalarType gemm_dtype(const torch::Tensor& t) {
+  const auto device_type = t.device().type();
+  return at::autocast::is_autocast_enabled(device_type) && t.scalar_type() == torch::kFloat32
+             ? at::autocast::get_autocast_dtype(device_type)
+             : t.scalar_type();
+}
+
 // The fused kind writes the normalised output in the dtype the next GEMM reads: autocast's, when autocast
 // would cast the fp32 residual stream there anyway (the rounding is the same as that cast's).
 ResidualNorm fused_add_norm(const torch::Tensor& residual, const torch::Tensor& delta, const torch::Tensor& weight,
                             double eps) {
-  const auto device_type = residual.device().type();
-  const auto out_dtype = at::autocast::is_autocast_enabled(device_type) && residual.scalar_type() == torch::kFloat32
-                             ? at::autocast::get_autocast_dtype(device_type)
-                             : residual.scalar_type();
-  auto out = ops::add_rms_norm(residual, delta, weight, eps, out_dtype);
+  auto out = ops::add_rms_norm(residual, delta, weight, eps, gemm_dtype(residual));
   return {out.residual, out.normalized};
 }
 
@@ -220,8 +226,8 @@ nlohmann::json sdpa_backend(const AttentionShape& s, Precision precision, const 
     choice = at::_fused_sdp_choice(q, k, k, {}, 0.0, true, std::nullopt, kv_heads != s.heads);
   }
   return {{"sdpa_backend", sdp_backend_name(choice)},
-          {"sdpa_gqa", expand ? "K/V expanded to all heads (fp32)"
-                              : (s.kv_heads != s.heads ? "native enable_gqa" : "no GQA")}};
+          {"sdpa_gqa",
+           expand ? "K/V expanded to all heads (fp32)" : (s.kv_heads != s.heads ? "native enable_gqa" : "no GQA")}};
 }
 
 // The loss kinds that take the logits: the head's GEMM (under autocast, as any projection), then the loss.
@@ -239,13 +245,10 @@ constexpr int64_t kLogitsChunkBytes = int64_t{64} << 20;
 
 torch::Tensor fused_linear_loss(const torch::Tensor& hidden, const torch::Tensor& head_weight,
                                 const torch::Tensor& labels, int64_t ignore_index) {
-  const auto device_type = hidden.device().type();
-  // The dtype the head's GEMM would run in under autocast.
-  const auto dtype = at::autocast::is_autocast_enabled(device_type) && hidden.scalar_type() == torch::kFloat32
-                         ? at::autocast::get_autocast_dtype(device_type)
-                         : hidden.scalar_type();
+  const auto dtype = gemm_dtype(hidden);
   const int64_t row_bytes = head_weight.size(0) * static_cast<int64_t>(c10::elementSize(dtype));
-  if (hidden.size(0) * row_bytes <= kLogitsChunkBytes) return head_then_loss<ops::cross_entropy>(hidden, head_weight, labels, ignore_index);
+  if (hidden.size(0) * row_bytes <= kLogitsChunkBytes)
+    return head_then_loss<ops::cross_entropy>(hidden, head_weight, labels, ignore_index);
   return ops::linear_cross_entropy(hidden.to(dtype), head_weight.to(dtype), labels, ignore_index,
                                    std::max<int64_t>(1, kLogitsChunkBytes / row_bytes));
 }
@@ -291,8 +294,8 @@ const std::vector<Implementation<RopeKind, RopeFn>>& rope_implementations() {
 
 const std::vector<AttentionImplementation>& attention_implementations() {
   static const std::vector<AttentionImplementation> list = {
-      {{AttentionKind::kMaskedMatmul, "masked matmul",
-        "explicit mask, matmul/softmax/matmul, repeat_interleave", masked_attention},
+      {{AttentionKind::kMaskedMatmul, "masked matmul", "explicit mask, matmul/softmax/matmul, repeat_interleave",
+        masked_attention},
        no_backend_choice},
       {{AttentionKind::kSdpa, "at::scaled_dot_product_attention", "at::scaled_dot_product_attention (is_causal)", sdpa},
        sdpa_backend},
@@ -320,7 +323,8 @@ const std::vector<Implementation<LossKind, LossFn>>& loss_implementations() {
       {LossKind::kReference, "reference", "head GEMM, then reference cross_entropy on the full logits",
        head_then_loss<reference::cross_entropy>},
       {LossKind::kOurKernel, "tt::ops::cross_entropy",
-       "head GEMM, then our fused softmax cross-entropy kernel (tt::ops::cross_entropy)", head_then_loss<ops::cross_entropy>},
+       "head GEMM, then our fused softmax cross-entropy kernel (tt::ops::cross_entropy)",
+       head_then_loss<ops::cross_entropy>},
       {LossKind::kOurFusedLinear, "tt::ops::linear_cross_entropy",
        "head GEMM and our cross-entropy kernels in chunks of rows, never the full logits "
        "(tt::ops::linear_cross_entropy; one GEMM and our kernel when the logits fit in 64 MiB)",
@@ -360,34 +364,37 @@ const OptimizerImplementation& implementation(OptimizerKind kind) {
 }
 
 nlohmann::json to_json(const StageSpec& s) {
-  nlohmann::json out = {{"name", s.name},
-          {"summary", s.summary},
-          {"components",
-           {{"norm", implementation(s.norm).description},
-            {"rope", implementation(s.rope).description},
-            {"attention", implementation(s.attention).description},
-            {"qkv_projection", s.fused_qkv ? "fused (one GEMM)" : "separate q, k, v"},
-            {"gate_up_projection", s.pitfall == Pitfall::kNaiveSwiglu
-                                       ? "inside our naive SwiGLU kernel (tt::ops::naive_swiglu), one thread per output"
-                                   : s.pitfall == Pitfall::kNonContiguous
-                                       ? "fused (one GEMM), its output left transposed: [rows, 2F] with column stride rows"
-                                   : s.fused_gate_up ? "fused (one GEMM)"
-                                                     : "separate gate, up"},
-            {"activation", implementation(s.activation).description},
-            {"loss", implementation(s.loss).description},
-            {"optimizer", implementation(s.optimizer).description},
-            {"weights", s.compute_copies ? "fp32 masters; in bf16 runs the forward reads bf16 copies that the "
-                                           "optimizer writes"
-                                         : "fp32; in bf16 runs autocast casts them in every forward"},
-            {"step", to_string(s.step)}}}};
-  if (s.pitfall) out["pitfall"] = {{"name", stages::pitfall(*s.pitfall).name}, {"lesson", stages::pitfall(*s.pitfall).lesson}};
+  nlohmann::json out = {
+      {"name", s.name},
+      {"summary", s.summary},
+      {"components",
+       {{"norm", implementation(s.norm).description},
+        {"rope", implementation(s.rope).description},
+        {"attention", implementation(s.attention).description},
+        {"qkv_projection", s.fused_qkv ? "fused (one GEMM)" : "separate q, k, v"},
+        {"gate_up_projection", s.pitfall == Pitfall::kNaiveSwiglu
+                                   ? "inside our naive SwiGLU kernel (tt::ops::naive_swiglu), one thread per output"
+                               : s.pitfall == Pitfall::kNonContiguous
+                                   ? "fused (one GEMM), its output left transposed: [rows, 2F] with column stride rows"
+                               : s.fused_gate_up ? "fused (one GEMM)"
+                                                 : "separate gate, up"},
+        {"activation", implementation(s.activation).description},
+        {"loss", implementation(s.loss).description},
+        {"optimizer", implementation(s.optimizer).description},
+        {"weights", s.compute_copies ? "fp32 masters; in bf16 runs the forward reads bf16 copies that the "
+                                       "optimizer writes"
+                                     : "fp32; in bf16 runs autocast casts them in every forward"},
+        {"step", to_string(s.step)}}}};
+  if (s.pitfall)
+    out["pitfall"] = {{"name", stages::pitfall(*s.pitfall).name}, {"lesson", stages::pitfall(*s.pitfall).lesson}};
   return out;
 }
 
 const char* to_string(StepKind kind) {
   switch (kind) {
     case StepKind::kEager: return "eager: op by op through LibTorch's autograd";
-    case StepKind::kGraph: return "one CUDA/HIP graph: forward, backward and optimizer captured once, replayed every step";
+    case StepKind::kGraph:
+      return "one CUDA/HIP graph: forward, backward and optimizer captured once, replayed every step";
   }
   return "?";
 }
