@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <functional>
 #include <string>
 
@@ -29,6 +30,18 @@ inline double rel_error(const torch::Tensor& a, const torch::Tensor& b) {
   const double denom = y.norm().item<double>();
   const double diff = (x - y).norm().item<double>();
   return denom == 0 ? diff : diff / denom;
+}
+
+// Removes a folder and everything under it, deepest entries first. Not fs::remove_all: in a program
+// linked with the LibTorch 2.11 wheel that call binds to the copy libtorch.so exports, which jumps to a
+// null pointer (a segfault after the test's work is done, seen on the GPU machine).
+inline void remove_tree(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (fs::is_directory(fs::symlink_status(path, error))) {
+    for (const auto& entry : fs::directory_iterator(path)) remove_tree(entry.path());
+  }
+  fs::remove(path, error);
 }
 
 inline torch::Tensor random_tokens(int64_t batch, int64_t seq, int64_t vocab, uint64_t seed) {

@@ -11,6 +11,7 @@
 #include "apps/cli/roofline_cli.h"
 #include "apps/report/compare.h"
 #include "apps/report/results.h"
+#include "tests/helpers.h"
 
 namespace tt::compare {
 namespace {
@@ -19,12 +20,11 @@ namespace fs = std::filesystem;
 
 std::string fixture(const std::string& name) { return std::string(TT_SOURCE_DIR) + "/tests/fixtures/compare/" + name; }
 
-// An empty folder for one test. Its files are removed one by one: fs::remove_all binds to the copy that
-// the LibTorch 2.11 wheel's libtorch.so exports, which crashes.
+// An empty folder for one test (testing::remove_tree says why not fs::remove_all).
 std::string temp_dir(const std::string& name) {
   const fs::path dir = fs::path(::testing::TempDir()) / ("tt_compare_" + name);
+  tt::testing::remove_tree(dir);
   fs::create_directories(dir);
-  for (const auto& entry : fs::directory_iterator(dir)) fs::remove(entry.path());
   return dir.string();
 }
 

@@ -187,7 +187,7 @@ std::string smoke_json() { return std::string(TT_SOURCE_DIR) + "/configs/smoke.j
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("tt_dp_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  testing::remove_tree(dir);
   fs::create_directories(dir);
   return dir;
 }
@@ -256,7 +256,7 @@ TEST(DataParallelGpu, LauncherWithOneProcessEqualsThePlainBinary) {
                   log.string() + " 2>&1"),
             0)
       << read_text(log);
-  fs::remove_all(dir);
+  testing::remove_tree(dir);
 }
 
 // Two ranks with batch B each equal one process with batch 2B: the same global batch, the gradients
@@ -290,7 +290,7 @@ TEST(DataParallelGpu, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
     EXPECT_EQ(d.at("weights_max_diff_across_ranks"), 0.0) << "the ranks' weights drifted apart";
     EXPECT_DOUBLE_EQ(d.at("total_tokens_per_s").get<double>(), 2 * d.at("per_gpu_tokens_per_s").get<double>());
   }
-  fs::remove_all(dir);
+  testing::remove_tree(dir);
 }
 
 // Ranks started with different flags stop at start-up, every one naming the differing rank and field.
@@ -312,7 +312,7 @@ TEST(DataParallelGpu, DifferentConfigsAreNamedAtStartUp) {
   EXPECT_NE(read_text(dir / "0.log").find("config.training.batch_size (3 here, 2 on rank 0)"), std::string::npos)
       << read_text(dir / "0.log");
   EXPECT_FALSE(fs::exists(dir / "a.json"));
-  fs::remove_all(dir);
+  testing::remove_tree(dir);
 }
 
 // A rank killed in the middle of training: the launcher stops the other and exits non-zero; started without
@@ -356,7 +356,7 @@ TEST(DataParallelGpu, AKilledRankEndsTheRun) {
     EXPECT_EQ(shell(script), 0) << "rank 0 must stop with a non-zero status after its peer died\n" << read_text(log0);
     EXPECT_FALSE(fs::exists(dir / "direct.json"));
   }
-  fs::remove_all(dir);
+  testing::remove_tree(dir);
 }
 
 }  // namespace
