@@ -56,6 +56,12 @@ std::pair<torch::Tensor, torch::Tensor> RotaryImpl::forward(const torch::Tensor&
   return implementation(kind_).fn(q, k, cos, sin);
 }
 
+ops::RotatedQkv RotaryImpl::forward_qkv(const torch::Tensor& qkv, int64_t n_heads, int64_t n_kv_heads,
+                                        int64_t start_pos) {
+  auto [cos, sin] = tables(qkv.size(1), start_pos, qkv.device());
+  return implementation(kind_).on_qkv(qkv, n_heads, n_kv_heads, cos, sin);
+}
+
 // ---- Attention ----------------------------------------------------------------------------------
 
 AttentionImpl::AttentionImpl(const ModelConfig& c, const StageSpec& spec)
@@ -73,25 +79,22 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const StageSpec& spec)
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, Rotary& rotary, KVCache* cache) {
   const int64_t batch = x.size(0), seq = x.size(1);
-  const int64_t kv_dim = n_kv_heads_ * head_dim_;
+  const int64_t start = cache ? cache->length : 0;
   torch::Tensor q, k, v;
   if (qkv_proj) {
-    // split, not three narrows: its backward writes the three gradients into one [q | k | v] tensor with
-    // one cat, where each narrow's backward zero-fills a full-width gradient and the three are then added.
-    auto parts = qkv_proj->forward(x).split_with_sizes({n_heads_ * head_dim_, kv_dim, kv_dim}, -1);
-    q = parts[0];
-    k = parts[1];
-    v = parts[2];
+    // The catalog's fused-QKV form: split views (whose backward writes the three gradients into one
+    // [q | k | v] tensor with one cat) or a kernel reading the projection's output itself.
+    const auto qkv = qkv_proj->forward(x).view({batch, seq, n_heads_ + 2 * n_kv_heads_, head_dim_});
+    const auto rotated = rotary->forward_qkv(qkv, n_heads_, n_kv_heads_, start);
+    q = rotated.q;
+    k = rotated.k;
+    v = rotated.v;
   } else {
-    q = q_proj->forward(x);
-    k = k_proj->forward(x);
-    v = v_proj->forward(x);
+    q = q_proj->forward(x).view({batch, seq, n_heads_, head_dim_});
+    k = k_proj->forward(x).view({batch, seq, n_kv_heads_, head_dim_});
+    v = v_proj->forward(x).view({batch, seq, n_kv_heads_, head_dim_});
+    std::tie(q, k) = rotary->forward(q, k, start);
   }
-  q = q.view({batch, seq, n_heads_, head_dim_});
-  k = k.view({batch, seq, n_kv_heads_, head_dim_});
-  v = v.view({batch, seq, n_kv_heads_, head_dim_});
-  const int64_t start = cache ? cache->length : 0;
-  std::tie(q, k) = rotary->forward(q, k, start);
   q = q.transpose(1, 2);  // [B, H, S, D]
   k = k.transpose(1, 2);
   v = v.transpose(1, 2);

@@ -53,6 +53,8 @@ class RotaryImpl : public torch::nn::Module {
   RotaryImpl(const ModelConfig& config, RopeKind kind);
   // q [B, S, Hq, D], k [B, S, Hkv, D]; positions start_pos .. start_pos + S - 1.
   std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& q, const torch::Tensor& k, int64_t start_pos);
+  // The fused QKV projection's output viewed as qkv [B, S, Hq + 2 Hkv, D] -> rotated q and k, and v.
+  ops::RotatedQkv forward_qkv(const torch::Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, int64_t start_pos);
 
  private:
   std::pair<torch::Tensor, torch::Tensor> tables(int64_t seq_len, int64_t start_pos, const torch::Device& device);

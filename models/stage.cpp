@@ -52,7 +52,9 @@ StageSpec v3_custom() {
 // v3 with the host out of the step: the whole step as one graph, our multi-tensor AdamW, and (bf16) the
 // weight copies written by the optimizer instead of autocast's casts. Each residual add runs inside the
 // RMSNorm kernel after it, which also writes the next GEMM's bf16 input: per layer that removes the two add
-// kernels and two casts of the forward, and the adds and casts of their gradients in the backward. The loss
+// kernels and two casts of the forward, and the adds and casts of their gradients in the backward. RoPE reads
+// q and k from the QKV projection's output and its backward writes that projection's gradient whole (no
+// concatenation of dq, dk and dv). The loss
 // takes large logits in chunks (fused_linear_loss), so they never exist whole. Attention goes back to SDPA: our flash
 // kernel is slower than cuDNN's wherever v4 trains in bf16 (kernel_bench, H100, forward + backward per layer:
 // workshop 70 us against 60, medium 480 against 127, long-context 3.0 ms against 0.40), and slower than the
@@ -62,8 +64,10 @@ StageSpec v4_ultra() {
   spec.name = "v4_ultra";
   spec.summary =
       "v3 as one CUDA/HIP graph per step, with our multi-tensor AdamW writing bf16 weight copies, residual adds fused "
-      "into our RMSNorm kernel, the loss in chunks of the logits, and SDPA for attention";
+      "into our RMSNorm kernel, RoPE reading the fused QKV output, the loss in chunks of the logits, and SDPA for "
+      "attention";
   spec.norm = NormKind::kOurFusedResidual;
+  spec.rope = RopeKind::kOurKernelOnQkv;
   spec.loss = LossKind::kOurFusedLinear;
   spec.attention = AttentionKind::kSdpa;
   spec.optimizer = OptimizerKind::kOurAdamW;
@@ -172,6 +176,16 @@ ResidualNorm fused_add_norm(const torch::Tensor& residual, const torch::Tensor& 
 std::pair<torch::Tensor, torch::Tensor> elementwise_rope(const torch::Tensor& q, const torch::Tensor& k,
                                                          const torch::Tensor& cos, const torch::Tensor& sin) {
   return {reference::apply_rope(q, cos, sin), reference::apply_rope(k, cos, sin)};
+}
+
+// The kinds without a fused-QKV form: split the projection's output into views, rotate q and k. The
+// split's backward concatenates the three gradients.
+template <RopeFn Rotate>
+ops::RotatedQkv split_then_rotate(const torch::Tensor& qkv, int64_t n_heads, int64_t n_kv_heads,
+                                  const torch::Tensor& cos, const torch::Tensor& sin) {
+  auto parts = qkv.split_with_sizes({n_heads, n_kv_heads, n_kv_heads}, 2);
+  auto [q, k] = Rotate(parts[0], parts[1], cos, sin);
+  return {q, k, parts[2]};
 }
 
 torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
@@ -283,11 +297,18 @@ const std::vector<Implementation<NormKind, NormFn>>& norm_implementations() {
   return list;
 }
 
-const std::vector<Implementation<RopeKind, RopeFn>>& rope_implementations() {
-  static const std::vector<Implementation<RopeKind, RopeFn>> list = {
-      {RopeKind::kReference, "reference", "reference (tables per forward, elementwise)", elementwise_rope},
-      {RopeKind::kCachedTables, "cached tables", "cached tables, elementwise", elementwise_rope},
-      {RopeKind::kOurKernel, "tt::ops::rope", "our kernel (tt::ops::rope)", ops::rope},
+const std::vector<RopeImplementation>& rope_implementations() {
+  static const std::vector<RopeImplementation> list = {
+      {{RopeKind::kReference, "reference", "reference (tables per forward, elementwise)", elementwise_rope},
+       split_then_rotate<elementwise_rope>},
+      {{RopeKind::kCachedTables, "cached tables", "cached tables, elementwise", elementwise_rope},
+       split_then_rotate<elementwise_rope>},
+      {{RopeKind::kOurKernel, "tt::ops::rope", "our kernel (tt::ops::rope)", ops::rope}, split_then_rotate<ops::rope>},
+      {{RopeKind::kOurKernelOnQkv, "tt::ops::rope_qkv",
+        "our kernel reading q and k from the fused QKV projection's output (tt::ops::rope_qkv); its backward writes "
+        "the projection's gradient [dq | dk | dv] in the same pass",
+        ops::rope},
+       ops::rope_qkv},
   };
   return list;
 }
@@ -347,7 +368,7 @@ const std::vector<OptimizerImplementation>& optimizer_implementations() {
 const Implementation<NormKind, NormFn>& implementation(NormKind kind) {
   return find_entry(norm_implementations(), kind, "norm");
 }
-const Implementation<RopeKind, RopeFn>& implementation(RopeKind kind) {
+const RopeImplementation& implementation(RopeKind kind) {
   return find_entry(rope_implementations(), kind, "rope");
 }
 const AttentionImplementation& implementation(AttentionKind kind) {

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "kernels/ops/rope.h"
 #include "models/config.h"
 
 namespace tt {
@@ -24,7 +25,8 @@ namespace tt {
 
 // kOurFusedResidual: our kernel with the residual add before the norm done inside it (tt::ops::add_rms_norm).
 enum class NormKind { kReference, kAtenFused, kOurKernel, kOurFusedResidual };
-enum class RopeKind { kReference, kCachedTables, kOurKernel };
+// kOurKernelOnQkv: our kernel reading the fused QKV projection's output directly (tt::ops::rope_qkv).
+enum class RopeKind { kReference, kCachedTables, kOurKernel, kOurKernelOnQkv };
 enum class AttentionKind { kMaskedMatmul, kSdpa, kOurFlash };
 enum class ActivationKind { kReference, kOurKernel, kOurKernelStrided };
 // kOurFusedLinear: the output head's GEMM and our loss kernels chunk by chunk (tt::ops::linear_cross_entropy).
@@ -107,6 +109,9 @@ using NormFn = ResidualNorm (*)(const torch::Tensor& residual, const torch::Tens
 // q [B, S, Hq, D], k [B, S, Hkv, D], cos/sin fp32 [S, D / 2] -> rotated (q, k).
 using RopeFn = std::pair<torch::Tensor, torch::Tensor> (*)(const torch::Tensor& q, const torch::Tensor& k,
                                                            const torch::Tensor& cos, const torch::Tensor& sin);
+// The same on a fused QKV projection's output viewed as qkv [B, S, Hq + 2 Hkv, D] -> rotated q and k, and v.
+using RopeQkvFn = ops::RotatedQkv (*)(const torch::Tensor& qkv, int64_t n_heads, int64_t n_kv_heads,
+                                      const torch::Tensor& cos, const torch::Tensor& sin);
 // Causal attention, q [B, Hq, S, D], k/v [B, Hkv, S, D] with Hq a multiple of Hkv -> [B, Hq, S, D].
 using AttentionFn = torch::Tensor (*)(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 // The attention library's own choices for a run (result file fields), {} when there are none.
@@ -127,6 +132,11 @@ struct Implementation {
   Fn fn;
 };
 
+// fn rotates q and k from separate projections; on_qkv reads them from the fused projection's output.
+struct RopeImplementation : Implementation<RopeKind, RopeFn> {
+  RopeQkvFn on_qkv;
+};
+
 struct AttentionImplementation : Implementation<AttentionKind, AttentionFn> {
   AttentionBackendFn backend;
 };
@@ -139,7 +149,7 @@ struct OptimizerImplementation {
 };
 
 const std::vector<Implementation<NormKind, NormFn>>& norm_implementations();
-const std::vector<Implementation<RopeKind, RopeFn>>& rope_implementations();
+const std::vector<RopeImplementation>& rope_implementations();
 const std::vector<AttentionImplementation>& attention_implementations();
 const std::vector<Implementation<ActivationKind, ActivationFn>>& activation_implementations();
 const std::vector<Implementation<LossKind, LossFn>>& loss_implementations();
@@ -147,7 +157,7 @@ const std::vector<OptimizerImplementation>& optimizer_implementations();
 
 // The catalog entry of a kind.
 const Implementation<NormKind, NormFn>& implementation(NormKind kind);
-const Implementation<RopeKind, RopeFn>& implementation(RopeKind kind);
+const RopeImplementation& implementation(RopeKind kind);
 const AttentionImplementation& implementation(AttentionKind kind);
 const Implementation<ActivationKind, ActivationFn>& implementation(ActivationKind kind);
 const Implementation<LossKind, LossFn>& implementation(LossKind kind);

@@ -257,6 +257,33 @@ TEST(OpsCpu, RopeGradientsMatchFiniteDifferences) {
                                             {true, true}, "rope");
 }
 
+TEST(OpsCpu, RopeQkvMatchesSplitThenRopeAndFiniteDifferences) {
+  torch::manual_seed(6);
+  const int64_t batch = 2, seq = 5, q_heads = 4, kv_heads = 2, head_dim = 8;
+  auto [cos, sin] = tt::reference::rope_tables(seq, head_dim, 10000.0, 3, torch::kCPU);
+  auto qkv = torch::randn({batch, seq, q_heads + 2 * kv_heads, head_dim}).requires_grad_(true);
+  auto qkv_ref = qkv.detach().clone().requires_grad_(true);
+  const auto out = tt::ops::rope_qkv(qkv, q_heads, kv_heads, cos, sin);
+  auto parts = qkv_ref.split_with_sizes({q_heads, kv_heads, kv_heads}, 2);
+  const std::vector<torch::Tensor> outputs = {out.q, out.k, out.v};
+  const std::vector<torch::Tensor> outputs_ref = {tt::reference::apply_rope(parts[0], cos, sin),
+                                                  tt::reference::apply_rope(parts[1], cos, sin), parts[2]};
+  std::vector<torch::Tensor> grad_outputs;
+  for (int i = 0; i < 3; ++i) {
+    expect_close(outputs[i], outputs_ref[i], 1e-6, 1e-7, "rope_qkv output " + std::to_string(i));
+    grad_outputs.push_back(torch::randn_like(outputs_ref[i]));
+  }
+  expect_close(grads_of(outputs, {qkv}, grad_outputs)[0], grads_of(outputs_ref, {qkv_ref}, grad_outputs)[0], 1e-6, 1e-7,
+               "rope_qkv grad qkv");
+
+  auto [cos3, sin3] = tt::reference::rope_tables(3, 4, 10000.0, 0, torch::kCPU);
+  auto fn = [&](const std::vector<torch::Tensor>& in) {
+    const auto r = tt::ops::rope_qkv(in[0], 2, 1, cos3, sin3);
+    return std::vector<torch::Tensor>{r.q, r.k, r.v};
+  };
+  expect_gradients_match_finite_differences(fn, {torch::randn({2, 3, 4, 4}, f64())}, {true}, "rope_qkv");
+}
+
 TEST(OpsCpu, RopeRejectsBadInputs) {
   auto [cos, sin] = tt::reference::rope_tables(5, 8, 10000.0, 0, torch::kCPU);
   auto q = torch::randn({2, 5, 4, 8});

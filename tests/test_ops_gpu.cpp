@@ -308,6 +308,72 @@ TEST(OpsGpu, RopeHandlesStridedViews) {
   }
 }
 
+// rope_qkv against the split views rotated by the reference, every output and the gradient of qkv (the
+// kernel writes all of it: rotated dq and dk, copied dv). `qkv` [B, S, Hq + 2 Hkv, D] may be any view.
+void check_rope_qkv(const torch::Tensor& qkv_in, int64_t q_heads, int64_t kv_heads, torch::ScalarType dtype,
+                    const std::string& label) {
+  const int64_t seq = qkv_in.size(1), head_dim = qkv_in.size(3);
+  auto [cos, sin] = tt::reference::rope_tables(seq, head_dim, 10000.0, 7, torch::kCUDA);
+  auto sizes = qkv_in.sizes().vec();
+  const auto grad_for = [&](int64_t heads) {
+    sizes[2] = heads;
+    return torch::randn(sizes, gpu()).to(dtype);
+  };
+  const std::vector<torch::Tensor> grad_outputs = {grad_for(q_heads), grad_for(kv_heads), grad_for(kv_heads)};
+  const std::string what = "rope_qkv " + label + " qkv " + shape_name(qkv_in.sizes());
+  const auto reference_outputs = [&](const torch::Tensor& qkv) {
+    auto parts = qkv.split_with_sizes({q_heads, kv_heads, kv_heads}, 2);
+    return std::vector<torch::Tensor>{tt::reference::apply_rope(parts[0], cos, sin),
+                                      tt::reference::apply_rope(parts[1], cos, sin), parts[2]};
+  };
+
+  // A leaf with the caller's strides: leaf() clones, which may make it contiguous.
+  auto qkv = qkv_in.detach().requires_grad_(true);
+  const auto out = tt::ops::rope_qkv(qkv, q_heads, kv_heads, cos, sin);
+  const std::vector<torch::Tensor> outputs = {out.q, out.k, out.v};
+  auto grad = grads_of(outputs, {qkv}, grad_outputs)[0];
+
+  auto qkv_same = leaf(qkv_in);
+  const auto outputs_same = reference_outputs(qkv_same);
+  auto grad_same = grads_of(outputs_same, {qkv_same}, grad_outputs)[0];
+  auto qkv64 = leaf(qkv_in.to(torch::kFloat64));
+  std::vector<torch::Tensor> grad_outputs64;
+  for (const auto& g : grad_outputs) grad_outputs64.push_back(g.to(torch::kFloat64));
+  const auto outputs64 = reference_outputs(qkv64);
+  auto grad64 = grads_of(outputs64, {qkv64}, grad_outputs64)[0];
+
+  const char* names[] = {" q output", " k output", " v output"};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(outputs[i].scalar_type(), dtype) << what << names[i];
+    EXPECT_EQ(outputs[i].sizes(), outputs_same[i].sizes()) << what << names[i];
+    expect_matches_reference(outputs[i], outputs_same[i], outputs64[i], dtype, 1e-5, what + names[i]);
+  }
+  EXPECT_EQ(grad.sizes(), qkv_in.sizes()) << what;
+  expect_matches_reference(grad, grad_same, grad64, dtype, 1e-5, what + " grad qkv");
+}
+
+TEST(OpsGpu, RopeQkvMatchesSplitThenRopeOverShapesAndDtypes) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(5);
+  for (const auto dtype : kDtypes) {
+    for (const int64_t seq : {1, 17, 129}) {
+      for (const auto& [q_heads, kv_heads] : std::vector<std::pair<int64_t, int64_t>>{{8, 4}, {8, 8}, {3, 1}}) {
+        check_rope_qkv(torch::randn({2, seq, q_heads + 2 * kv_heads, 64}, gpu()).to(dtype), q_heads, kv_heads, dtype,
+                       "contiguous");
+      }
+    }
+    // Head dims whose heads do not split into 16-byte packs take the one-pair path: 2, 6 and (bf16) 12.
+    for (const int64_t head_dim : {2, 6, 12}) {
+      check_rope_qkv(torch::randn({1, 5, 5, head_dim}, gpu()).to(dtype), 3, 1, dtype, "small head_dim");
+    }
+    // The projection output of a larger tensor (row stride wider than the heads), and one with a
+    // non-unit stride in the head dim (copied by the op layer).
+    auto wide = torch::randn({2, 9, 12, 40}, gpu()).to(dtype);
+    check_rope_qkv(wide.narrow(3, 0, 32), 4, 2, dtype, "row-strided");
+    check_rope_qkv(torch::randn({2, 9, 32, 8}, gpu()).to(dtype).transpose(2, 3), 4, 2, dtype, "strided head dim");
+  }
+}
+
 TEST(OpsGpu, RopeRejectsBadInputs) {
   SKIP_WITHOUT_GPU();
   auto [cos, sin] = tt::reference::rope_tables(5, 8, 10000.0, 0, torch::kCUDA);
@@ -317,6 +383,8 @@ TEST(OpsGpu, RopeRejectsBadInputs) {
   expect_error([&] { tt::ops::rope(q, k.cpu(), cos, sin); }, "k is on cpu but q is on cuda");
   expect_error([&] { tt::ops::rope(q.to(torch::kFloat64), k.to(torch::kFloat64), cos, sin); },
                "the GPU kernel supports q and k of dtype Float, BFloat16 or Half, got Double");
+  expect_error([&] { tt::ops::rope_qkv(torch::randn({1, 5, 8, 8}, gpu()), 4, 1, cos, sin); },
+               "qkv must have shape [batch, seq, n_heads + 2 * n_kv_heads = 6, head_dim], got [1, 5, 8, 8]");
 }
 
 // ---- SwiGLU -------------------------------------------------------------------------------------

@@ -204,6 +204,33 @@ std::vector<Case> rope_cases(const BenchShape& shape, torch::ScalarType dtype, c
                      });
 }
 
+// RoPE on the fused QKV projection's output, as v2..v4 use it: the split views and rope (whose backward
+// concatenates dq, dk, dv) against the kernel that reads qkv and writes its gradient whole.
+std::vector<Case> rope_qkv_cases(const BenchShape& shape, torch::ScalarType dtype, c10::Device device) {
+  const int64_t es = element_size(dtype), head_dim = shape.head_dim();
+  const int64_t heads = shape.heads + 2 * shape.kv_heads;
+  auto options = torch::TensorOptions().device(device);
+  auto qkv = torch::randn({shape.batch, shape.seq, heads, head_dim}, options).to(dtype);
+  auto [cos, sin] = reference::rope_tables(shape.seq, head_dim, 10000.0, 0, device);
+  auto qkv_g = leaf(qkv);
+  const int64_t qk = shape.batch * shape.seq * (shape.heads + shape.kv_heads) * head_dim;
+  const int64_t v = shape.batch * shape.seq * shape.kv_heads * head_dim;
+  // Forward reads and writes q and k; the backward reads dq, dk, dv and writes all of the qkv gradient.
+  const int64_t forward_bytes = 2 * qk * es + 2 * cos.numel() * 4;
+  const int64_t both_bytes = forward_bytes + 2 * (qk + v) * es + 2 * cos.numel() * 4;
+  // One entry per distinct fused-QKV function, named after the catalog entry that has it first.
+  std::vector<Implementation<RopeKind, RopeQkvFn>> entries;
+  for (const auto& e : rope_implementations()) entries.push_back({e.kind, e.name, e.description, e.on_qkv});
+  return entry_cases(entries, forward_bytes, both_bytes, {qkv_g},
+                     {torch::randn({shape.batch, shape.seq, shape.heads, head_dim}, options),
+                      torch::randn({shape.batch, shape.seq, shape.kv_heads, head_dim}, options),
+                      torch::randn({shape.batch, shape.seq, shape.kv_heads, head_dim}, options)},
+                     [=](RopeQkvFn fn, bool leaves) {
+                       auto out = fn(leaves ? qkv_g : qkv, shape.heads, shape.kv_heads, cos, sin);
+                       return std::vector<torch::Tensor>{out.q, out.k, out.v};
+                     });
+}
+
 std::vector<Case> attention_cases(const BenchShape& shape, torch::ScalarType dtype, c10::Device device) {
   const int64_t es = element_size(dtype), head_dim = shape.head_dim();
   auto options = torch::TensorOptions().device(device);
@@ -341,7 +368,8 @@ using CaseBuilder = std::vector<Case> (*)(const BenchShape&, torch::ScalarType, 
 
 const std::vector<std::pair<std::string, CaseBuilder>>& builders() {
   static const std::vector<std::pair<std::string, CaseBuilder>> list = {
-      {"rms_norm", norm_cases},      {"rope", rope_cases},         {"attention", attention_cases},
+      {"rms_norm", norm_cases},      {"rope", rope_cases},         {"rope_qkv", rope_qkv_cases},
+      {"attention", attention_cases},
       {"swiglu", activation_cases},  {"cross_entropy", loss_cases}, {"sdpa_gqa", sdpa_gqa_cases},
       {"adamw", adamw_cases},
   };
