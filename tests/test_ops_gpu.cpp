@@ -366,10 +366,10 @@ TEST(OpsGpu, RopeQkvMatchesSplitThenRopeOverShapesAndDtypes) {
     for (const int64_t head_dim : {2, 6, 12}) {
       check_rope_qkv(torch::randn({1, 5, 5, head_dim}, gpu()).to(dtype), 3, 1, dtype, "small head_dim");
     }
-    // The projection output of a larger tensor (row stride wider than the heads), and one with a
-    // non-unit stride in the head dim (copied by the op layer).
-    auto wide = torch::randn({2, 9, 12, 40}, gpu()).to(dtype);
-    check_rope_qkv(wide.narrow(3, 0, 32), 4, 2, dtype, "row-strided");
+    // Views: the first heads of a wider tensor (seq stride wider than the heads), heads wider than their
+    // head dim (head stride 40), and a non-unit stride in the head dim (copied by the op layer).
+    check_rope_qkv(torch::randn({2, 9, 10, 32}, gpu()).to(dtype).narrow(2, 0, 8), 4, 2, dtype, "seq-strided");
+    check_rope_qkv(torch::randn({2, 9, 8, 40}, gpu()).to(dtype).narrow(3, 0, 32), 4, 2, dtype, "head-strided");
     check_rope_qkv(torch::randn({2, 9, 32, 8}, gpu()).to(dtype).transpose(2, 3), 4, 2, dtype, "strided head dim");
   }
 }
