@@ -1,8 +1,5 @@
 // Data parallel without a GPU: the launcher variables, the sharding of every global batch, the start-up
 // agreement over a real TCPStore (ranks as threads), the port check and the command line's refusals.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -14,9 +11,12 @@
 #include "apps/cli/stage_cli.h"
 #include "apps/train/distributed.h"
 #include "helpers.h"
+#include "ports.h"
 
 namespace tt {
 namespace {
+
+using testing::free_port;
 
 EnvLookup env_of(const std::map<std::string, std::string>& vars) {
   return [vars](const std::string& name) -> std::optional<std::string> {
@@ -192,19 +192,6 @@ TEST(RunAgreement, DifferingFieldsNamePathsAndBothValues) {
   EXPECT_EQ(run_fingerprint(reference), run_fingerprint(nlohmann::json(reference)));
 }
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
 // Runs check_same_run on `runs.size()` ranks, each a thread with its own TCPStore client (rank 0 serves),
 // and returns each rank's error message ("" when it passed).
 std::vector<std::string> agree(const std::vector<nlohmann::json>& runs) {
@@ -257,15 +244,12 @@ TEST(RunAgreement, EveryRankNamesTheDifferingRankAndFields) {
 TEST(RunAgreement, PortInUseIsNamed) {
   const int port = free_port();
   EXPECT_NO_THROW(check_port_free(port));
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_ANY);
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-  ASSERT_EQ(::listen(fd, 1), 0);
-  const std::string m = error_of([&] { check_port_free(port); });
-  ::close(fd);
+  std::string m;
+  {
+    const testing::OccupiedPort occupied(port);
+    ASSERT_TRUE(occupied.listening());
+    m = error_of([&] { check_port_free(port); });
+  }
   EXPECT_MENTIONS(m, "MASTER_PORT = " + std::to_string(port) + " is not allowed: the port is in use on this host");
   EXPECT_MENTIONS(m, "--master-port");
 }

@@ -2,9 +2,6 @@
 // run, in-process and through scripts/launch.sh, and bad starts are refused. With two GPUs or more (skipped
 // otherwise, saying so): two ranks equal one rank with the same global batch, their weights stay
 // identical, differing configs are named, and a killed rank ends the run without a result file.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,9 +16,12 @@
 #include "apps/report/training_run.h"
 #include "apps/train/distributed.h"
 #include "tests/helpers.h"
+#include "tests/ports.h"
 
 namespace tt {
 namespace {
+
+using testing::free_port;
 
 namespace fs = std::filesystem;
 
@@ -32,18 +32,6 @@ namespace fs = std::filesystem;
       GTEST_SKIP() << "needs " << (n) << " GPU(s), this machine has "                                     \
                    << static_cast<int>(torch::cuda::device_count());                                         \
   } while (0)
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 DistributedEnv one_rank(int port) {
   DistributedEnv env;
@@ -158,20 +146,14 @@ TEST(DataParallelGpu, MoreLocalRanksThanGpusIsRefused) {
 TEST(DataParallelGpu, PortInUseIsRefused) {
   TT_REQUIRE_NCCL_GPUS(1);
   const int port = free_port();
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_ANY);
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-  ASSERT_EQ(::listen(fd, 1), 0);
+  const testing::OccupiedPort occupied(port);
+  ASSERT_TRUE(occupied.listening());
   std::string message = "(no ConfigError)";
   try {
     DistributedContext context(one_rank(port), {std::chrono::seconds(5)});
   } catch (const ConfigError& e) {
     message = e.what();
   }
-  ::close(fd);
   EXPECT_NE(message.find("MASTER_PORT = " + std::to_string(port) + " is not allowed: the port is in use"),
             std::string::npos)
       << message;
