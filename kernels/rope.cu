@@ -21,11 +21,14 @@ namespace {
 // pointers need not be aligned to the pair).
 template <int kVec, bool kWide, typename T>
 __device__ __forceinline__ Pack<T, kVec> load_elements(const T* ptr) {
-  if constexpr (kWide) return load_pack<kVec>(ptr);
-  Pack<T, kVec> pack;
+  if constexpr (kWide) {
+    return load_pack<kVec>(ptr);
+  } else {
+    Pack<T, kVec> pack;
 #pragma unroll
-  for (int e = 0; e < kVec; ++e) pack.values[e] = ptr[e];
-  return pack;
+    for (int e = 0; e < kVec; ++e) pack.values[e] = ptr[e];
+    return pack;
+  }
 }
 
 template <int kVec, bool kWide, typename T>
