@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <torch/csrc/profiler/stubs/base.h>
@@ -53,6 +54,31 @@ TEST(Profiling, GpuHotspotsAddUpToTheProfiledGpuTime) {
   EXPECT_NE(table.find("4 kernels (2.0 per step)"), std::string::npos) << table;
   EXPECT_NE(table.find("softmax"), std::string::npos) << table;
   EXPECT_NE(table.find("1 more"), std::string::npos) << table;
+}
+
+// Data parallel: NCCL's kernels (RCCL keeps their names) are marked as communication and summed per step;
+// they still count as kernels and as GPU time.
+TEST(Profiling, CollectiveKernelsAreNamedCommunication) {
+  const std::vector<ProfiledEvent> events = {
+      {"gemm", EventKind::kKernel, 0, 0, 40'000},
+      {"ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", EventKind::kKernel, 0, 0, 6'000},
+      {"ncclKernel_AllReduce_RING_LL_Sum_bfloat16(ncclWorkElem)", EventKind::kKernel, 0, 10'000, 12'000},
+      {"Memcpy DtoD", EventKind::kMemcpy, 0, 0, 1'000},
+  };
+  const auto p = summarize_profile(events, 2, /*gpu=*/true);
+  EXPECT_DOUBLE_EQ(p["communication_ms_per_step"].get<double>(), 0.004);  // (6 + 2) us over 2 steps
+  EXPECT_EQ(p["gpu_kernels"], 3);
+  EXPECT_DOUBLE_EQ(p["total_gpu_us"].get<double>(), 49.0);
+  std::map<std::string, std::string> kinds;
+  for (const auto& h : p["hotspots"]) kinds[h["name"].get<std::string>().substr(0, 4)] = h["kind"];
+  EXPECT_EQ(kinds["gemm"], "kernel");
+  EXPECT_EQ(kinds["nccl"], "comm");
+  EXPECT_EQ(kinds["Memc"], "memcpy");
+  EXPECT_NE(format_hotspots(p, 5).find("comm"), std::string::npos);
+  // Without a collective the figure is 0, and on the CPU (no GPU time) null.
+  EXPECT_DOUBLE_EQ(summarize_profile({events[0]}, 1, true)["communication_ms_per_step"].get<double>(), 0.0);
+  EXPECT_TRUE(summarize_profile({{"aten::mm", EventKind::kCpuOp, 1, 0, 10}}, 1, false)["communication_ms_per_step"]
+                  .is_null());
 }
 
 TEST(Profiling, CpuHotspotsUseSelfTimeOfNestedOps) {

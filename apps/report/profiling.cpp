@@ -31,6 +31,9 @@ const char* kind_name(EventKind kind) {
   return "?";
 }
 
+// NCCL names its kernels ncclDevKernel_* (ncclKernel_* before 2.19); RCCL keeps the names.
+bool is_collective_kernel(const std::string& name) { return name.rfind("nccl", 0) == 0; }
+
 struct Totals {
   int64_t calls = 0;
   double total_ns = 0;
@@ -114,16 +117,20 @@ nlohmann::json summarize_profile(const std::vector<ProfiledEvent>& events, int64
   } else {
     add_cpu_self_times(events, totals);
   }
-  double total_ns = 0;
-  for (const auto& [key, t] : totals) total_ns += t.total_ns;
+  double total_ns = 0, communication_ns = 0;
+  for (const auto& [key, t] : totals) {
+    total_ns += t.total_ns;
+    if (key.second == EventKind::kKernel && is_collective_kernel(key.first)) communication_ns += t.total_ns;
+  }
 
   std::vector<std::pair<std::pair<std::string, EventKind>, Totals>> rows(totals.begin(), totals.end());
   std::stable_sort(rows.begin(), rows.end(),
                    [](const auto& a, const auto& b) { return a.second.total_ns > b.second.total_ns; });
   nlohmann::json hotspots = nlohmann::json::array();
   for (const auto& [key, t] : rows) {
+    const bool collective = gpu && key.second == EventKind::kKernel && is_collective_kernel(key.first);
     hotspots.push_back({{"name", key.first},
-                        {"kind", kind_name(key.second)},
+                        {"kind", collective ? "comm" : kind_name(key.second)},
                         {"calls", t.calls},
                         {"total_us", t.total_ns / 1e3},
                         {"mean_us", t.total_ns / 1e3 / static_cast<double>(t.calls)},
@@ -141,6 +148,7 @@ nlohmann::json summarize_profile(const std::vector<ProfiledEvent>& events, int64
       {"gpu_time_per_step_ms", gpu ? nlohmann::json(total_ns / 1e6 / n) : nlohmann::json(nullptr)},
       {"gpu_kernels", kernels},
       {"kernels_per_step", gpu ? nlohmann::json(static_cast<double>(kernels) / n) : nlohmann::json(nullptr)},
+      {"communication_ms_per_step", gpu ? nlohmann::json(communication_ns / 1e6 / n) : nlohmann::json(nullptr)},
       {"hotspots", hotspots},
   };
 }

@@ -38,6 +38,8 @@ struct ProfiledEvent {
 // (kernels, memcpy, memset) by device time, and their totals add up to total_gpu_us. On the CPU there
 // are no kernels: the hotspots are ATen ops by self time (time not spent in nested ops), which add up to
 // the time covered by top-level ops. Sorted by total time, all entries (the printout shows the top ones).
+// The collectives' kernels (NCCL's, and RCCL's, which keep NCCL's names) are rows of kind "comm", and their
+// time per step is communication_ms_per_step.
 nlohmann::json summarize_profile(const std::vector<ProfiledEvent>& events, int64_t steps, bool gpu);
 
 // The printed table: a header line and the `top` largest hotspots.
