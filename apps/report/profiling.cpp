@@ -31,8 +31,10 @@ const char* kind_name(EventKind kind) {
   return "?";
 }
 
-// NCCL names its kernels ncclDevKernel_* (ncclKernel_* before 2.19); RCCL keeps the names.
-bool is_collective_kernel(const std::string& name) { return name.rfind("nccl", 0) == 0; }
+// A collective's kernel: NCCL names them ncclDevKernel_* (ncclKernel_* before 2.19); RCCL keeps the names.
+bool is_collective(const std::pair<std::string, EventKind>& key) {
+  return key.second == EventKind::kKernel && key.first.rfind("nccl", 0) == 0;
+}
 
 struct Totals {
   int64_t calls = 0;
@@ -120,7 +122,7 @@ nlohmann::json summarize_profile(const std::vector<ProfiledEvent>& events, int64
   double total_ns = 0, communication_ns = 0;
   for (const auto& [key, t] : totals) {
     total_ns += t.total_ns;
-    if (key.second == EventKind::kKernel && is_collective_kernel(key.first)) communication_ns += t.total_ns;
+    if (is_collective(key)) communication_ns += t.total_ns;
   }
 
   std::vector<std::pair<std::pair<std::string, EventKind>, Totals>> rows(totals.begin(), totals.end());
@@ -128,9 +130,8 @@ nlohmann::json summarize_profile(const std::vector<ProfiledEvent>& events, int64
                    [](const auto& a, const auto& b) { return a.second.total_ns > b.second.total_ns; });
   nlohmann::json hotspots = nlohmann::json::array();
   for (const auto& [key, t] : rows) {
-    const bool collective = gpu && key.second == EventKind::kKernel && is_collective_kernel(key.first);
     hotspots.push_back({{"name", key.first},
-                        {"kind", collective ? "comm" : kind_name(key.second)},
+                        {"kind", is_collective(key) ? "comm" : kind_name(key.second)},
                         {"calls", t.calls},
                         {"total_us", t.total_ns / 1e3},
                         {"mean_us", t.total_ns / 1e3 / static_cast<double>(t.calls)},
