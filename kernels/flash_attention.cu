@@ -1,265 +1,41 @@
-// Flash attention forward and backward (causal, grouped-query), after FlashAttention-2.
+// Flash attention, register-resident generation (causal, grouped-query, optional RoPE in the load), after
+// FlashAttention-2 (Dao, 2023). bf16/fp16 on NVIDIA sm_80+; the vocabulary (mma.sync fragments, ldmatrix,
+// cp.async) is the "Register fragments" section of vendor.cuh, which states which lane owns which value.
 //
-// Forward: one block per (query tile of kRows rows, query head, batch). It walks the key/value tiles of
-// kCols keys up to the diagonal; for each, the scores S = Q K^T go to shared memory (fp32), the block updates
-// every row's running max m and sum l (online softmax), writes P = exp(S - m) and rescales the output
-// accumulator before adding P V. The S x S matrix never exists: memory is O(seq). The row's log-sum-exp
-// m + log(l) is saved for the backward.
+// Forward: a block of kWarps warps owns 16 kWarps queries, 16 per warp, and walks the key/value tiles up to
+// the diagonal. Per tile, each warp:
+//   S = Q K^T     in registers: Q's A fragments are loaded once, K's B fragments come from shared memory
+//                 through ldmatrix (16-byte rows, 16 bytes of padding per row: conflict-free);
+//   online softmax in registers: each lane holds 2 rows x 2 columns per 8-key fragment, so a row's max and
+//                 sum are the lane's own values reduced over its quad (two shuffles); exp2 with log2(e)
+//                 folded into the scale; the row sum is kept per lane and reduced once at the end;
+//   O += P V      P rounded to T is already the A operand (C and A fragments share their lanes), and V's B
+//                 fragments come through ldmatrix.trans: the probabilities never touch shared memory.
+// K and V have one shared buffer each, filled by cp.async so that V_j streams in while S_j is computed and
+// K_{j+1} while P_j V_j is: two block barriers per tile, no waiting on global memory once the pipe is full.
+// Only the tiles that cross the diagonal (or the end of the sequence) pay for the mask.
 //
-// Backward, with P recomputed from the saved log-sum-exp and delta = rowsum(dO * O):
-//   dV = P^T dO,   dP = dO V^T,   dS = P * (dP - delta),   dQ = dS K * scale,   dK = dS^T Q * scale.
-// Two kernels, so that no output is summed by atomics and every gradient is bitwise reproducible:
-//  * dK, dV: one block per (key tile, key/value head, batch); it loops over the query heads of its group
-//    and their query tiles from the diagonal on, in a fixed order (grouped-query attention sums there);
-//  * dQ: one block per (query tile, query head, batch), looping over the key tiles up to the diagonal.
+// Backward (delta = rowsum(dO * O) first, by its own small kernel), FlashAttention-2's two-kernel scheme,
+// so that nothing is summed by atomics and every gradient is bitwise reproducible:
+//  * dK, dV: a block owns 16 kWarps keys of one key/value head, 16 per warp, and loops over the group's
+//    query heads and their query tiles in a fixed order (double-buffered by cp.async). Each warp computes
+//    S^T = K Q^T and dP^T = V dO^T with keys as rows, so P^T and dS^T = P^T * (dP^T - delta) are in
+//    registers as the A operands of dV += P^T dO and dK += dS^T Q;
+//  * dQ: a block owns 16 kWarps queries and loops over the key tiles up to the diagonal: S = Q K^T,
+//    dP = dO V^T, dS = P * (dP - delta) in registers, dQ += dS K.
 //
-// Matrix products run on 16x16 tiles (MmaTile in vendor.cuh): tensor cores (WMMA) or MFMA for bf16/fp16,
-// FMA units for fp32. A product's 16x16 fragments are dealt to the block's warps round-robin and kept in
-// registers; everything row-wise (masking, softmax, dS) is done by threads on the fp32 copy in shared
-// memory, so no kernel depends on how a vendor lays a fragment out across lanes. The only exception, the
-// forward's per-row rescaling of its output fragments, reads the layout off a probe tile (TileRows).
-//
-// Blocks have kThreads = 2 * kMaxWarpSize threads: 4 warps on NVIDIA, 2 waves on AMD. Nothing in the tiling
-// depends on the warp width; it only changes how many fragments each warp owns.
-//
-// Speed, measured on an H100 (bf16, causal, B=2, H=16/4, S=4096, D=128): forward 71 TFLOP/s, forward +
-// backward 57 TFLOP/s, against 512 and 442 for cuDNN through at::scaled_dot_product_attention; fp32 forward
-// 15 TFLOP/s (SDPA 10). The price of the vendor-neutral design is the shared-memory round trip of every score
-// tile and four block barriers per tile; capping registers for more resident blocks changed nothing (+-3%).
+// RoPE in the load: tiles of q and k are rotated in shared memory right after they arrive (pairs (x0, x1)
+// of position s by (cos, sin)[s], rounded to T: the same values tt::ops::rope writes), and the backward
+// rotates dQ and dK back by the opposite angle before writing them, so callers pass the unrotated q and k
+// (views of the fused QKV projection) and get their gradients.
 #include "flash_attention.cuh"
 
 namespace tt::kernels {
 
 namespace {
 
-// =================================================================================================
-// Tile shapes and shared-memory layout
-// =================================================================================================
-
-constexpr int kThreads = 2 * kMaxWarpSize;
-// LDS per workgroup on AMD CDNA; NVIDIA sm_80+ gives more after the opt-in, but every tile fits this.
-constexpr int kMaxSharedBytes = 64 * 1024;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-// Rows per tile. Forward: kRows queries per block, kCols keys per step. Backward: kOuter rows a block owns
-// (keys for dK/dV, queries for dQ), kInner rows per step. Chosen so that each kernel's shared memory fits
-// kMaxSharedBytes; fp32 tiles are twice the bytes, hence smaller.
-template <typename T, int kD>
-struct TileShape {
-  static constexpr bool kSmallRows = sizeof(T) == 4 && kD == 128;
-  static constexpr bool kSmallCols = kD == 128 || (sizeof(T) == 4 && kD == 64);
-  static constexpr int kRows = kSmallRows ? 32 : 64;
-  static constexpr int kCols = kSmallCols ? 32 : 64;
-  static constexpr int kOuter = kSmallCols ? 32 : 64;
-  static constexpr int kInner = kSmallRows ? 16 : 32;
-};
-
-constexpr int align_bytes(int bytes) { return (bytes + 127) / 128 * 128; }
-
-// Row pitches, in elements. 16 bytes of padding keeps rows 16-byte aligned (vector stores, WMMA's ldm rule)
-// and shifts each row by 4 banks, so reading a column of 8 consecutive rows touches 8 different banks.
-template <typename T>
-constexpr int pitch(int columns) {
-  return columns + 16 / static_cast<int>(sizeof(T));
-}
-
-// fp32 products of 16-bit inputs are rounded to T for the next product (as FlashAttention does); fp32 inputs
-// reuse the fp32 buffer in place.
-template <typename T>
-constexpr bool kRoundedCopy = sizeof(T) != sizeof(float);
-
-// Byte offsets into the forward kernel's dynamic shared memory.
-template <typename T, int kD>
-struct ForwardSmem {
-  static constexpr int kRows = TileShape<T, kD>::kRows;
-  static constexpr int kCols = TileShape<T, kD>::kCols;
-  static constexpr int kLdT = pitch<T>(kD);      // q, k, v tiles
-  static constexpr int kLdS = pitch<float>(kCols);  // scores
-  static constexpr int kLdP = kRoundedCopy<T> ? pitch<T>(kCols) : kLdS;
-  static constexpr int kLdO = pitch<float>(kD);  // output staging, over the tiles once they are done
-  static constexpr int kQ = 0;
-  static constexpr int kK = kQ + align_bytes(kRows * kLdT * sizeof(T));
-  static constexpr int kV = kK + align_bytes(kCols * kLdT * sizeof(T));
-  static constexpr int kS = kV + align_bytes(kCols * kLdT * sizeof(T));
-  static constexpr int kP = kS + (kRoundedCopy<T> ? align_bytes(kRows * kLdS * sizeof(float)) : 0);
-  static constexpr int kRowScale = kP + align_bytes(kRows * kLdP * sizeof(T));
-  static constexpr int kBytes = kRowScale + align_bytes(kRows * sizeof(float));
-  static_assert(kBytes <= kMaxSharedBytes, "forward tiles exceed the shared-memory budget");
-  static_assert(kRows * kLdO * sizeof(float) <= kRowScale, "output staging overlaps the row scales");
-  static_assert(kRows * kLdT * sizeof(T) >= 256 * sizeof(float), "the q tile doubles as the layout probe");
-};
-
-// Byte offsets into a backward kernel's dynamic shared memory: two outer tiles (K and V, or Q and dO), two
-// inner tiles (the other pair), the fp32 [kOuter x kInner] products S and dP, their rounded copies P and dS
-// (16-bit types; in place for fp32), and per-query log-sum-exp and delta.
-template <typename T, int kD>
-struct BackwardSmem {
-  static constexpr int kOuter = TileShape<T, kD>::kOuter;
-  static constexpr int kInner = TileShape<T, kD>::kInner;
-  static constexpr int kLdT = pitch<T>(kD);
-  static constexpr int kLdS = pitch<float>(kInner);
-  static constexpr int kLdP = kRoundedCopy<T> ? pitch<T>(kInner) : kLdS;
-  static constexpr int kLdG = pitch<float>(kD);  // gradient staging
-  static constexpr int kOuterA = 0;
-  static constexpr int kOuterB = kOuterA + align_bytes(kOuter * kLdT * sizeof(T));
-  static constexpr int kInnerA = kOuterB + align_bytes(kOuter * kLdT * sizeof(T));
-  static constexpr int kInnerB = kInnerA + align_bytes(kInner * kLdT * sizeof(T));
-  static constexpr int kS = kInnerB + align_bytes(kInner * kLdT * sizeof(T));
-  static constexpr int kDP = kS + align_bytes(kOuter * kLdS * sizeof(float));
-  static constexpr int kRounded = kDP + align_bytes(kOuter * kLdS * sizeof(float));
-  static constexpr int kP = kRoundedCopy<T> ? kRounded : kS;
-  static constexpr int kDS = kRoundedCopy<T> ? kRounded + align_bytes(kOuter * kLdP * sizeof(T)) : kDP;
-  static constexpr int kStats = kRounded + (kRoundedCopy<T> ? 2 * align_bytes(kOuter * kLdP * sizeof(T)) : 0);
-  static constexpr int kStatRows = kOuter > kInner ? kOuter : kInner;
-  static constexpr int kLse = kStats;
-  static constexpr int kDelta = kLse + align_bytes(kStatRows * sizeof(float));
-  static constexpr int kBytes = kDelta + align_bytes(kStatRows * sizeof(float));
-  static_assert(kBytes <= kMaxSharedBytes, "backward tiles exceed the shared-memory budget");
-  static_assert(kOuter * kLdG * sizeof(float) <= kStats, "gradient staging overlaps the row statistics");
-};
-
-// =================================================================================================
-// Block-level building blocks
-// =================================================================================================
-
-// A kRows x kCols fp32 product held in registers: its 16x16 fragments, numbered row-major, are dealt to the
-// warps round-robin (warp w owns w, w + W, w + 2W, ... for W warps). With fewer fragments than warps some
-// warps own none and skip the work.
-template <typename T, int kRows, int kCols>
-struct BlockTile {
-  static constexpr int kColFragments = kCols / 16;
-  static constexpr int kFragments = (kRows / 16) * kColFragments;
-  static constexpr int kWarps = kThreads / warp_size();
-  static constexpr int kPerWarp = (kFragments + kWarps - 1) / kWarps;
-  static_assert(kRows % 16 == 0 && kCols % 16 == 0, "tiles are whole 16x16 fragments");
-  MmaTile<T> frag[kPerWarp];
-
-  __device__ static int fragment(int i) { return static_cast<int>(threadIdx.x) / warp_size() + i * kWarps; }
-
-  // f(fragment, row of its first element, column of its first element) for each fragment this warp owns.
-  template <typename F>
-  __device__ void for_each(F&& f) {
-#pragma unroll
-    for (int i = 0; i < kPerWarp; ++i) {
-      const int index = fragment(i);
-      if (kFragments % kWarps == 0 || index < kFragments) f(frag[i], index / kColFragments * 16, index % kColFragments * 16);
-    }
-  }
-
-  __device__ void zero() {
-    for_each([](MmaTile<T>& t, int, int) { t.zero(); });
-  }
-  __device__ void scale(float factor) {
-    for_each([&](MmaTile<T>& t, int, int) {
-#pragma unroll
-      for (int e = 0; e < MmaTile<T>::kElements; ++e) t[e] *= factor;
-    });
-  }
-  // this += A B^T: A [kRows x kK] and B [kCols x kK], row-major in shared memory.
-  template <int kK>
-  __device__ void mma_abt(const T* a, int lda, const T* b, int ldb) {
-    for_each([&](MmaTile<T>& t, int row, int col) {
-#pragma unroll
-      for (int k = 0; k < kK; k += 16) t.mma_abt(a + row * lda + k, lda, b + col * ldb + k, ldb);
-    });
-  }
-  // this += A B: A [kRows x kK] and B [kK x kCols], row-major in shared memory.
-  template <int kK>
-  __device__ void mma_ab(const T* a, int lda, const T* b, int ldb) {
-    for_each([&](MmaTile<T>& t, int row, int col) {
-#pragma unroll
-      for (int k = 0; k < kK; k += 16) t.mma_ab(a + row * lda + k, lda, b + k * ldb + col, ldb);
-    });
-  }
-  __device__ void store(float* c, int ldc) {
-    for_each([&](MmaTile<T>& t, int row, int col) { t.store(c + row * ldc + col, ldc); });
-  }
-};
-
-// The row, within its fragment, of each accumulator value this lane holds. Every MmaTile<T> has the same
-// layout, so it is read once from a probe: a tile whose elements hold their own row index. Block-collective;
-// `scratch` is 256 floats of 32-byte aligned shared memory, free again when the constructor returns.
-template <typename T>
-struct TileRows {
-  int row[MmaTile<T>::kElements];
-
-  __device__ explicit TileRows(float* scratch) {
-    for (int i = threadIdx.x; i < 256; i += kThreads) scratch[i] = static_cast<float>(i / 16);
-    __syncthreads();
-    MmaTile<T> probe;
-    probe.load(scratch, 16);
-#pragma unroll
-    for (int e = 0; e < MmaTile<T>::kElements; ++e) row[e] = static_cast<int>(probe[e]);
-    __syncthreads();
-  }
-};
-
-// Multiplies row r of a block tile by factors[r] (shared memory).
-template <typename T, int kRows, int kCols>
-__device__ void scale_rows(BlockTile<T, kRows, kCols>& tile, const TileRows<T>& rows, const float* factors) {
-  tile.for_each([&](MmaTile<T>& t, int row, int) {
-#pragma unroll
-    for (int e = 0; e < MmaTile<T>::kElements; ++e) t[e] *= factors[row + rows.row[e]];
-  });
-}
-
-// Copies rows [row0, row0 + kRows) of one head's [seq, kD] matrix (consecutive rows `stride` elements apart)
-// into a shared tile of row pitch kLd. Rows at or past `seq` are zero-filled: they add nothing to products.
-template <typename T, int kRows, int kD, int kLd>
-__device__ void load_tile(T* tile, const T* src, int64_t stride, int row0, int seq) {
-  constexpr int kVec = kWideVec<T>;
-  constexpr int kChunks = kD / kVec;
-  for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
-    const int r = c / kChunks;
-    const int col = c % kChunks * kVec;
-    Pack<T, kVec> pack;
-    if (row0 + r < seq) {
-      pack = load_pack<kVec>(src + static_cast<int64_t>(row0 + r) * stride + col);
-    } else {
-#pragma unroll
-      for (int v = 0; v < kVec; ++v) pack.values[v] = from_float<T>(0.0f);
-    }
-    store_pack<kVec>(tile + r * kLd + col, pack);
-  }
-}
-
-// Writes rows [row0, min(row0 + kRows, seq)) of an fp32 staging tile (pitch kLd) to global memory as T.
-template <typename T, int kRows, int kD, int kLd>
-__device__ void store_tile(T* dst, int64_t stride, int row0, int seq, const float* staging) {
-  constexpr int kVec = kWideVec<T>;
-  constexpr int kChunks = kD / kVec;
-  for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
-    const int r = c / kChunks;
-    const int col = c % kChunks * kVec;
-    if (row0 + r >= seq) continue;
-    Pack<T, kVec> pack;
-#pragma unroll
-    for (int v = 0; v < kVec; ++v) pack.values[v] = from_float<T>(staging[r * kLd + col + v]);
-    store_pack<kVec>(dst + static_cast<int64_t>(row0 + r) * stride + col, pack);
-  }
-}
-
-// Reductions over the kLanes consecutive lanes that share a row (kLanes divides every warp width): a
-// butterfly, so all of them end with the same value, combined in the same order on every run.
-template <int kLanes>
-__device__ float lanes_max(float value) {
-#pragma unroll
-  for (int offset = 1; offset < kLanes; offset *= 2) value = fmaxf(value, shfl_xor(value, offset));
-  return value;
-}
-template <int kLanes>
-__device__ float lanes_sum(float value) {
-#pragma unroll
-  for (int offset = 1; offset < kLanes; offset *= 2) value += shfl_xor(value, offset);
-  return value;
-}
-
-// 1/sqrt(D). The kernels fold log2(e) into it and use exp2 for exp.
-template <int kD>
-__device__ float softmax_scale() {
-  return 1.0f / sqrtf(static_cast<float>(kD));
-}
 
 template <typename T>
 __device__ const T* head_ptr(const void* base, const FlashStrides& strides, int64_t batch, int64_t head) {
@@ -270,118 +46,32 @@ __device__ T* head_ptr(void* base, const FlashStrides& strides, int64_t batch, i
   return static_cast<T*>(base) + batch * strides.batch + head * strides.head;
 }
 
-// =================================================================================================
-// Forward
-// =================================================================================================
-
-template <typename T, int kD>
-__global__ void __launch_bounds__(kThreads) flash_forward_kernel(FlashForwardParams p) {
-  using Smem = ForwardSmem<T, kD>;
-  constexpr int kRows = Smem::kRows;
-  constexpr int kCols = Smem::kCols;
-  constexpr int kLanes = kThreads / kRows;  // threads per row in the softmax
-  extern __shared__ __align__(128) unsigned char smem[];
-  T* q_tile = reinterpret_cast<T*>(smem + Smem::kQ);
-  T* k_tile = reinterpret_cast<T*>(smem + Smem::kK);
-  T* v_tile = reinterpret_cast<T*>(smem + Smem::kV);
-  float* scores = reinterpret_cast<float*>(smem + Smem::kS);
-  T* probs = reinterpret_cast<T*>(smem + Smem::kP);
-  float* row_scale = reinterpret_cast<float*>(smem + Smem::kRowScale);
-  float* staging = reinterpret_cast<float*>(smem);
-
-  // Causal blocks do more work the later their queries: start those first, so the short ones fill the tail.
-  const int q0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kRows;
-  const int64_t head = blockIdx.y;
-  const int64_t batch = blockIdx.z;
-  const int64_t kv_head = head / (p.q_heads / p.kv_heads);
-  const int seq = static_cast<int>(p.seq);
-  const T* q = head_ptr<T>(p.q, p.q_strides, batch, head);
-  const T* k = head_ptr<T>(p.k, p.k_strides, batch, kv_head);
-  const T* v = head_ptr<T>(p.v, p.v_strides, batch, kv_head);
-  const float scale_log2 = softmax_scale<kD>() * kLog2e;
-
-  const TileRows<T> rows(reinterpret_cast<float*>(q_tile));
-  load_tile<T, kRows, kD, Smem::kLdT>(q_tile, q, p.q_strides.seq, q0, seq);
-  BlockTile<T, kRows, kD> out;
-  out.zero();
-
-  // This thread's share of the softmax: row `row`, columns part, part + kLanes, ...
-  const int row = threadIdx.x / kLanes;
-  const int part = threadIdx.x % kLanes;
-  const int query = q0 + row;
-  float row_max = -INFINITY;  // running max of the row's scores, in log2 units
-  float row_sum = 0.0f;       // running sum of exp2(score - row_max)
-
-  const int last_key = min(seq, q0 + kRows) - 1;  // later keys are masked for every query of the block
-  for (int k0 = 0; k0 <= last_key; k0 += kCols) {
-    load_tile<T, kCols, kD, Smem::kLdT>(k_tile, k, p.k_strides.seq, k0, seq);
-    load_tile<T, kCols, kD, Smem::kLdT>(v_tile, v, p.v_strides.seq, k0, seq);
-    __syncthreads();
-
-    {
-      BlockTile<T, kRows, kCols> s;
-      s.zero();
-      s.template mma_abt<kD>(q_tile, Smem::kLdT, k_tile, Smem::kLdT);
-      s.store(scores, Smem::kLdS);
-    }
-    __syncthreads();
-
-    float x[kCols / kLanes];
-    float tile_max = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < kCols / kLanes; ++j) {
-      const int col = part + j * kLanes;
-      const int key = k0 + col;
-      x[j] = key <= query && key < seq ? scores[row * Smem::kLdS + col] * scale_log2 : -INFINITY;
-      tile_max = fmaxf(tile_max, x[j]);
-    }
-    const float new_max = fmaxf(row_max, lanes_max<kLanes>(tile_max));
-    // Every row sees key 0 in the first tile, so new_max is finite; the guard keeps -inf - -inf out anyway.
-    const float base = new_max == -INFINITY ? 0.0f : new_max;
-    const float alpha = exp2f(row_max - base);
-    float tile_sum = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kCols / kLanes; ++j) {
-      const float prob = exp2f(x[j] - base);
-      tile_sum += prob;
-      probs[row * Smem::kLdP + part + j * kLanes] = from_float<T>(prob);
-    }
-    row_sum = row_sum * alpha + lanes_sum<kLanes>(tile_sum);
-    row_max = new_max;
-    if (part == 0) row_scale[row] = alpha;
-    __syncthreads();
-
-    scale_rows(out, rows, row_scale);
-    out.template mma_ab<kCols>(probs, Smem::kLdP, v_tile, Smem::kLdT);
-    __syncthreads();
-  }
-
-  if (part == 0) {
-    row_scale[row] = 1.0f / row_sum;
-    if (query < seq) {
-      p.lse[(batch * p.q_heads + head) * p.seq + query] = (row_max + log2f(row_sum)) * kLn2;
-    }
-  }
-  __syncthreads();
-  scale_rows(out, rows, row_scale);
-  out.store(staging, Smem::kLdO);
-  __syncthreads();
-  store_tile<T, kRows, kD, Smem::kLdO>(head_ptr<T>(p.out, p.out_strides, batch, head), p.out_strides.seq, q0, seq,
-                                       staging);
+template <int kD>
+__device__ float softmax_scale() {
+  return 1.0f / sqrtf(static_cast<float>(kD));
 }
 
 // =================================================================================================
-// Backward
+// delta = rowsum(dO * O): the backward's pre-pass, shared by both kernel generations
 // =================================================================================================
 
-// delta = rowsum(dO * O), one row per kLanes threads.
+constexpr int kDeltaThreads = 2 * kMaxWarpSize;
+
+template <int kLanes>
+__device__ float lanes_sum(float value) {
+#pragma unroll
+  for (int offset = 1; offset < kLanes; offset *= 2) value += shfl_xor(value, offset);
+  return value;
+}
+
+// One row per kLanes threads, 16-byte loads.
 template <typename T, int kD>
-__global__ void __launch_bounds__(kThreads) flash_delta_kernel(FlashBackwardParams p) {
+__global__ void __launch_bounds__(kDeltaThreads) flash_delta_kernel(FlashBackwardParams p) {
   constexpr int kVec = kWideVec<T>;
   constexpr int kLanes = kD / kVec;
   static_assert(kLanes <= 32, "a row's lanes must lie in one warp");
   const int64_t rows = p.batch * p.q_heads * p.seq;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / kLanes) + threadIdx.x / kLanes;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / kLanes) + threadIdx.x / kLanes;
   const int col = static_cast<int>(threadIdx.x) % kLanes * kVec;
   float sum = 0.0f;
   if (row < rows) {
@@ -399,126 +89,502 @@ __global__ void __launch_bounds__(kThreads) flash_delta_kernel(FlashBackwardPara
   if (row < rows && col == 0) p.delta[row] = sum;
 }
 
-// dK and dV of one key tile: rows of the products are keys (kOuter), columns queries (kInner).
-template <typename T, int kD>
-__global__ void __launch_bounds__(kThreads) flash_backward_kv_kernel(FlashBackwardParams p) {
-  using Smem = BackwardSmem<T, kD>;
-  constexpr int kOuter = Smem::kOuter;
-  constexpr int kInner = Smem::kInner;
-  constexpr int kLanes = kThreads / kOuter;
-  extern __shared__ __align__(128) unsigned char smem[];
-  T* k_tile = reinterpret_cast<T*>(smem + Smem::kOuterA);
-  T* v_tile = reinterpret_cast<T*>(smem + Smem::kOuterB);
-  T* q_tile = reinterpret_cast<T*>(smem + Smem::kInnerA);
-  T* grad_out_tile = reinterpret_cast<T*>(smem + Smem::kInnerB);
-  float* scores = reinterpret_cast<float*>(smem + Smem::kS);
-  float* grad_probs = reinterpret_cast<float*>(smem + Smem::kDP);
-  T* probs = reinterpret_cast<T*>(smem + Smem::kP);
-  T* grad_scores = reinterpret_cast<T*>(smem + Smem::kDS);
-  float* lse_tile = reinterpret_cast<float*>(smem + Smem::kLse);
-  float* delta_tile = reinterpret_cast<float*>(smem + Smem::kDelta);
-  float* staging = reinterpret_cast<float*>(smem);
+#if defined(TT_MMA_SYNC)
 
-  const int k0 = static_cast<int>(blockIdx.x) * kOuter;
+// =================================================================================================
+// Shared tiles and register fragments
+// =================================================================================================
+
+// Row pitch of a shared [rows][kD] tile, in elements: 16 bytes of padding shift consecutive rows by 4
+// banks, so the 8 rows an ldmatrix matrix reads hit 8 different 16-byte bank groups (no conflicts), and
+// every row start stays 16-byte aligned for cp.async and ldmatrix.
+template <int kD>
+constexpr int kPitch = kD + 8;
+
+template <int kD>
+constexpr int tile_bytes(int rows) {
+  return rows * kPitch<kD> * 2;
+}
+
+__device__ __forceinline__ int lane() { return static_cast<int>(threadIdx.x) % kMmaLanes; }
+__device__ __forceinline__ int warp() { return static_cast<int>(threadIdx.x) / kMmaLanes; }
+
+// Starts copying rows [row0, row0 + kRows) of one head's [seq, kD] matrix (rows `stride` elements apart)
+// into a shared tile; rows at or past `seq` become zeros (they add nothing to any product).
+template <int kRows, int kD, int kThreads, typename T>
+__device__ void load_rows_async(T* tile, const T* src, int64_t stride, int row0, int seq) {
+  constexpr int kChunks = kD / 8;  // 16-byte chunks per row
+#pragma unroll
+  for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
+    const int r = c / kChunks;
+    const int col = c % kChunks * 8;
+    const bool valid = row0 + r < seq;
+    const T* from = src + static_cast<int64_t>(valid ? row0 + r : 0) * stride + col;
+    cp_async_16(shared_address(tile + r * kPitch<kD> + col), from, valid);
+  }
+}
+
+// Starts copying entries [row0, row0 + kRows) of a per-query fp32 statistic (lse or delta), zeros past seq.
+template <int kRows, int kThreads>
+__device__ void load_stats_async(float* dst, const float* src, int row0, int seq) {
+  for (int r = threadIdx.x; r < kRows; r += kThreads) {
+    const bool valid = row0 + r < seq;
+    cp_async_4(shared_address(dst + r), src + (valid ? row0 + r : 0), valid);
+  }
+}
+
+// RoPE on rows [0, kRows) of a shared tile, row r at position pos0 + r (rows past seq are zeros and stay
+// so). Block-collective; the caller puts barriers around it.
+template <int kRows, int kD, int kThreads, typename T>
+__device__ void rotate_rows(T* tile, int pos0, int seq, const float* cos, const float* sin) {
+  constexpr int kPairs = kD / 2;
+  for (int i = threadIdx.x; i < kRows * kPairs; i += kThreads) {
+    const int r = i / kPairs;
+    const int pair = i % kPairs;
+    if (pos0 + r >= seq) continue;
+    uint32_t* x = reinterpret_cast<uint32_t*>(tile + r * kPitch<kD> + 2 * pair);
+    const int64_t at = static_cast<int64_t>(pos0 + r) * kPairs + pair;
+    const float c = cos[at];
+    const float s = sin[at];
+    float x0, x1;
+    unpack_pair<T>(*x, x0, x1);
+    *x = pack_pair<T>(x0 * c - x1 * s, x0 * s + x1 * c);  // tt::ops::rope's arithmetic, so the same rounding
+  }
+}
+
+// The A fragment of rows row0..row0+15, columns col0..col0+15 of a row-major shared tile.
+template <int kD, typename T>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, int row0, int col0) {
+  ldmatrix_x4(a, shared_address(tile + (row0 + lane() % 16) * kPitch<kD> + col0 + lane() / 16 * 8));
+}
+
+// B fragments of two 8-column tiles for C += A B^T, B^T given row-major ([n][k], a K tile for Q K^T): rows
+// n0..n0+15, columns k0..k0+15. b[0], b[1] serve columns n0..n0+7 of C, b[2], b[3] columns n0+8..n0+15.
+template <int kD, typename T>
+__device__ __forceinline__ void load_b_transposed(uint32_t (&b)[4], const T* tile, int n0, int k0) {
+  ldmatrix_x4(b, shared_address(tile + (n0 + lane() / 16 * 8 + lane() % 8) * kPitch<kD> + k0 + lane() / 8 % 2 * 8));
+}
+
+// B fragments of two 8-column tiles for C += A B, B row-major ([k][n], a V tile for P V): rows k0..k0+15,
+// columns n0..n0+15, transposed on the way by ldmatrix.trans.
+template <int kD, typename T>
+__device__ __forceinline__ void load_b(uint32_t (&b)[4], const T* tile, int k0, int n0) {
+  ldmatrix_x4_trans(b, shared_address(tile + (k0 + lane() / 8 % 2 * 8 + lane() % 8) * kPitch<kD> + n0 + lane() / 16 * 8));
+}
+
+// acc [16 x kN] += A [16 x kK] B^T, with A's fragments in registers and B^T [kN x kK] rows b_row0.. of a
+// shared tile.
+template <typename T, int kD, int kK, int kN>
+__device__ __forceinline__ void mma_abt(float (&acc)[kN / 8][4], const uint32_t (&a)[kK / 16][4], const T* b_tile,
+                                        int b_row0) {
+#pragma unroll
+  for (int k = 0; k < kK / 16; ++k) {
+#pragma unroll
+    for (int n = 0; n < kN / 16; ++n) {
+      uint32_t b[4];
+      load_b_transposed<kD>(b, b_tile, b_row0 + 16 * n, 16 * k);
+      mma_16x8x16<T>(acc[2 * n], a[k], b[0], b[1]);
+      mma_16x8x16<T>(acc[2 * n + 1], a[k], b[2], b[3]);
+    }
+  }
+}
+
+// acc [16 x kD] += A [16 x kK] B, with A's fragments in registers and B [kK x kD] rows b_row0.. of a shared
+// tile.
+template <typename T, int kD, int kK>
+__device__ __forceinline__ void mma_ab(float (&acc)[kD / 8][4], const uint32_t (&a)[kK / 16][4], const T* b_tile,
+                                       int b_row0) {
+#pragma unroll
+  for (int k = 0; k < kK / 16; ++k) {
+#pragma unroll
+    for (int n = 0; n < kD / 16; ++n) {
+      uint32_t b[4];
+      load_b<kD>(b, b_tile, b_row0 + 16 * k, 16 * n);
+      mma_16x8x16<T>(acc[2 * n], a[k], b[0], b[1]);
+      mma_16x8x16<T>(acc[2 * n + 1], a[k], b[2], b[3]);
+    }
+  }
+}
+
+// The A fragments of rows row0..row0+15, all kK columns, of a shared tile.
+template <int kD, int kK, typename T>
+__device__ __forceinline__ void load_a_row(uint32_t (&a)[kK / 16][4], const T* tile, int row0) {
+#pragma unroll
+  for (int k = 0; k < kK / 16; ++k) load_a<kD>(a[k], tile, row0, 16 * k);
+}
+
+// An fp32 accumulator [16 x kN], rounded to T, as the A operand of the next product (see vendor.cuh: the
+// two layouts share their lanes).
+template <typename T, int kN>
+__device__ __forceinline__ void to_a_fragments(uint32_t (&a)[kN / 16][4], const float (&c)[kN / 8][4]) {
+#pragma unroll
+  for (int k = 0; k < kN / 16; ++k) {
+    a[k][0] = pack_pair<T>(c[2 * k][0], c[2 * k][1]);
+    a[k][1] = pack_pair<T>(c[2 * k][2], c[2 * k][3]);
+    a[k][2] = pack_pair<T>(c[2 * k + 1][0], c[2 * k + 1][1]);
+    a[k][3] = pack_pair<T>(c[2 * k + 1][2], c[2 * k + 1][3]);
+  }
+}
+
+template <int kN>
+__device__ __forceinline__ void zero(float (&acc)[kN][4]) {
+#pragma unroll
+  for (int n = 0; n < kN; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+}
+
+// Where value e of 8-column fragment n of a warp's C tile lies: row offset within the warp's 16 rows, and
+// column offset within the tile.
+__device__ __forceinline__ int c_row(int e) { return lane() / 4 + (e >= 2 ? 8 : 0); }
+__device__ __forceinline__ int c_col(int n, int e) { return 8 * n + 2 * (lane() % 4) + (e & 1); }
+
+// Multiplies a warp's C tile [16 x kD] by `scale`, rotates each row's pairs back by RoPE's angle at
+// position pos0 + row when `cos` is given (the gradient of a rotation is the opposite rotation), and
+// writes it, rounded to T, into rows warp_row0.. of a shared staging tile.
+template <typename T, int kD>
+__device__ void stage_rows(T* staging, int warp_row0, float (&acc)[kD / 8][4], float scale, int pos0, int seq,
+                           const float* cos, const float* sin) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = warp_row0 + c_row(2 * half);
+    const int pos = pos0 + row;
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      float x0 = acc[n][2 * half] * scale;
+      float x1 = acc[n][2 * half + 1] * scale;
+      if (cos != nullptr && pos < seq) {
+        const int64_t at = static_cast<int64_t>(pos) * (kD / 2) + c_col(n, 0) / 2;
+        const float c = cos[at];
+        const float s = sin[at];
+        const float r0 = x0 * c + x1 * s;
+        const float r1 = x1 * c - x0 * s;
+        x0 = r0;
+        x1 = r1;
+      }
+      *reinterpret_cast<uint32_t*>(staging + row * kPitch<kD> + c_col(n, 0)) = pack_pair<T>(x0, x1);
+    }
+  }
+}
+
+// Writes rows [0, kRows) of a shared staging tile to global rows row0.. (those below seq), 16 bytes at a time.
+template <int kRows, int kD, int kThreads, typename T>
+__device__ void store_rows(T* dst, int64_t stride, int row0, int seq, const T* staging) {
+  constexpr int kChunks = kD / 8;
+  for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
+    const int r = c / kChunks;
+    const int col = c % kChunks * 8;
+    if (row0 + r >= seq) continue;
+    store_pack<8>(dst + static_cast<int64_t>(row0 + r) * stride + col, load_pack<8>(staging + r * kPitch<kD> + col));
+  }
+}
+
+// =================================================================================================
+// Forward
+// =================================================================================================
+
+template <int kD, int kWarps>
+struct ForwardShape {
+  static constexpr int kThreads = kWarps * kMmaLanes;
+  static constexpr int kBlockM = 16 * kWarps;  // queries per block
+  static constexpr int kBlockN = 64;           // keys per tile
+  static constexpr int kQ = 0;                 // byte offsets in shared memory
+  static constexpr int kK = kQ + tile_bytes<kD>(kBlockM);
+  static constexpr int kV = kK + tile_bytes<kD>(kBlockN);
+  static constexpr int kBytes = kV + tile_bytes<kD>(kBlockN);
+};
+
+template <typename T, int kD, int kWarps, bool kRope>
+__global__ void __launch_bounds__(kWarps * kMmaLanes) flash_forward_kernel(FlashForwardParams p) {
+  using Shape = ForwardShape<kD, kWarps>;
+  constexpr int kThreads = Shape::kThreads;
+  constexpr int kBlockM = Shape::kBlockM;
+  constexpr int kBlockN = Shape::kBlockN;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* q_tile = reinterpret_cast<T*>(smem + Shape::kQ);
+  T* k_tile = reinterpret_cast<T*>(smem + Shape::kK);
+  T* v_tile = reinterpret_cast<T*>(smem + Shape::kV);
+
+  // Causal blocks do more work the later their queries: start those first, so the short ones fill the tail.
+  const int q0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kBlockM;
+  const int64_t head = blockIdx.y;
+  const int64_t batch = blockIdx.z;
+  const int64_t kv_head = head / (p.q_heads / p.kv_heads);
+  const int seq = static_cast<int>(p.seq);
+  const T* q = head_ptr<T>(p.q, p.q_strides, batch, head);
+  const T* k = head_ptr<T>(p.k, p.k_strides, batch, kv_head);
+  const T* v = head_ptr<T>(p.v, p.v_strides, batch, kv_head);
+  const float scale_log2 = softmax_scale<kD>() * kLog2e;
+  const int warp_q0 = q0 + 16 * warp();  // this warp's first query
+  const int tiles = (min(seq, q0 + kBlockM) + kBlockN - 1) / kBlockN;
+
+  load_rows_async<kBlockM, kD, kThreads>(q_tile, q, p.q_strides.seq, q0, seq);
+  load_rows_async<kBlockN, kD, kThreads>(k_tile, k, p.k_strides.seq, 0, seq);
+  cp_async_commit();
+
+  uint32_t q_frag[kD / 16][4];
+  float o[kD / 8][4];
+  zero(o);
+  float row_max[2] = {-INFINITY, -INFINITY};  // raw scores; rows lane/4 and lane/4 + 8 of the warp
+  float row_sum[2] = {0.0f, 0.0f};            // this lane's share of sum(exp2((s - max) * scale_log2))
+
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int k0 = tile * kBlockN;
+    cp_async_wait<0>();
+    __syncthreads();  // K_tile has arrived, and every warp is done with V_{tile-1}: refill its buffer
+    load_rows_async<kBlockN, kD, kThreads>(v_tile, v, p.v_strides.seq, k0, seq);
+    cp_async_commit();
+    if constexpr (kRope) {
+      if (tile == 0) rotate_rows<kBlockM, kD, kThreads>(q_tile, q0, seq, p.rope_cos, p.rope_sin);
+      rotate_rows<kBlockN, kD, kThreads>(k_tile, k0, seq, p.rope_cos, p.rope_sin);
+      __syncthreads();
+    }
+    if (tile == 0) load_a_row<kD, kD>(q_frag, q_tile, 16 * warp());
+
+    float s[kBlockN / 8][4];
+    zero(s);
+    mma_abt<T, kD, kD, kBlockN>(s, q_frag, k_tile, 0);
+
+    if (k0 + kBlockN > warp_q0 + 1 || k0 + kBlockN > seq) {  // the tile crosses this warp's diagonal or the end
+#pragma unroll
+      for (int n = 0; n < kBlockN / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = k0 + c_col(n, e);
+          if (key > warp_q0 + c_row(e) || key >= seq) s[n][e] = -INFINITY;
+        }
+    }
+
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < kBlockN / 8; ++n) tile_max = fmaxf(tile_max, fmaxf(s[n][2 * half], s[n][2 * half + 1]));
+      const float new_max = fmaxf(row_max[half], quad_max(tile_max));
+      // Tile 0 holds key 0, which every query sees, so new_max is finite from then on; the guard keeps
+      // -inf - -inf out of a row that had seen nothing (none does, but a NaN would spread).
+      const float base = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
+      const float alpha = exp2f(row_max[half] * scale_log2 - base);
+      row_max[half] = new_max;
+      float sum = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kBlockN / 8; ++n) {
+#pragma unroll
+        for (int e = 2 * half; e < 2 * half + 2; ++e) {
+          s[n][e] = exp2f(s[n][e] * scale_log2 - base);
+          sum += s[n][e];
+        }
+      }
+      row_sum[half] = row_sum[half] * alpha + sum;
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n) {
+        o[n][2 * half] *= alpha;
+        o[n][2 * half + 1] *= alpha;
+      }
+    }
+
+    cp_async_wait<0>();
+    __syncthreads();  // V_tile has arrived, and every warp is done with K_tile: fetch the next one
+    if (tile + 1 < tiles) load_rows_async<kBlockN, kD, kThreads>(k_tile, k, p.k_strides.seq, k0 + kBlockN, seq);
+    cp_async_commit();
+
+    uint32_t probs[kBlockN / 16][4];
+    to_a_fragments<T, kBlockN>(probs, s);
+    mma_ab<T, kD, kBlockN>(o, probs, v_tile, 0);
+  }
+
+  float inverse[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float sum = quad_sum(row_sum[half]);
+    inverse[half] = 1.0f / sum;
+    const int query = warp_q0 + c_row(2 * half);
+    if (lane() % 4 == 0 && query < seq) {
+      p.lse[(batch * p.q_heads + head) * p.seq + query] = (row_max[half] * scale_log2 + log2f(sum)) * kLn2;
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < kD / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[n][e] *= inverse[e / 2];
+
+  // Each warp stages its own 16 rows over the Q tile, which no warp reads after tile 0.
+  stage_rows<T, kD>(q_tile, 16 * warp(), o, 1.0f, 0, seq, nullptr, nullptr);
+  __syncthreads();
+  store_rows<kBlockM, kD, kThreads>(head_ptr<T>(p.out, p.out_strides, batch, head), p.out_strides.seq, q0, seq,
+                                     q_tile);
+}
+
+// =================================================================================================
+// Backward: dK and dV
+// =================================================================================================
+
+template <int kD>
+struct BackwardKvShape {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * kMmaLanes;
+  static constexpr int kBlockN = 16 * kWarps;        // keys per block
+  static constexpr int kBlockM = kD == 128 ? 32 : 64;  // queries per step: dK and dV take 2 kD / 8 x 4
+                                                       // registers per lane, so the step shrinks at kD 128
+  static constexpr int kK = 0;
+  static constexpr int kV = kK + tile_bytes<kD>(kBlockN);
+  static constexpr int kStage = kV + tile_bytes<kD>(kBlockN);  // two stages of {Q, dO, lse, delta}
+  static constexpr int kStageQ = 0;
+  static constexpr int kStageGradOut = kStageQ + tile_bytes<kD>(kBlockM);
+  static constexpr int kStageLse = kStageGradOut + tile_bytes<kD>(kBlockM);
+  static constexpr int kStageDelta = kStageLse + kBlockM * 4;
+  static constexpr int kStageBytes = kStageDelta + kBlockM * 4;
+  static constexpr int kBytes = kStage + 2 * kStageBytes;
+};
+
+template <typename T, int kD, bool kRope>
+__global__ void __launch_bounds__(BackwardKvShape<kD>::kThreads) flash_backward_kv_kernel(FlashBackwardParams p) {
+  using Shape = BackwardKvShape<kD>;
+  constexpr int kThreads = Shape::kThreads;
+  constexpr int kBlockN = Shape::kBlockN;
+  constexpr int kBlockM = Shape::kBlockM;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* k_tile = reinterpret_cast<T*>(smem + Shape::kK);
+  T* v_tile = reinterpret_cast<T*>(smem + Shape::kV);
+  auto stage = [&](int i) { return smem + Shape::kStage + (i % 2) * Shape::kStageBytes; };
+
+  const int k0 = static_cast<int>(blockIdx.x) * kBlockN;
   const int64_t kv_head = blockIdx.y;
   const int64_t batch = blockIdx.z;
   const int64_t group = p.q_heads / p.kv_heads;
   const int seq = static_cast<int>(p.seq);
   const float scale = softmax_scale<kD>();
   const float scale_log2 = scale * kLog2e;
-
-  load_tile<T, kOuter, kD, Smem::kLdT>(k_tile, head_ptr<T>(p.k, p.k_strides, batch, kv_head), p.k_strides.seq, k0,
-                                       seq);
-  load_tile<T, kOuter, kD, Smem::kLdT>(v_tile, head_ptr<T>(p.v, p.v_strides, batch, kv_head), p.v_strides.seq, k0,
-                                       seq);
-  BlockTile<T, kOuter, kD> grad_k;
-  BlockTile<T, kOuter, kD> grad_v;
-  grad_k.zero();
-  grad_v.zero();
-
-  const int row = threadIdx.x / kLanes;
-  const int part = threadIdx.x % kLanes;
-  const int key = k0 + row;
+  const int warp_k0 = k0 + 16 * warp();  // this warp's first key
   // Query tiles that end before this block's first key see none of its keys.
-  const int first_q0 = k0 / kInner * kInner;
+  const int first_q0 = k0 / kBlockM * kBlockM;
+  const int q_tiles = (seq - first_q0 + kBlockM - 1) / kBlockM;
+  const int steps = static_cast<int>(group) * q_tiles;  // (head, query tile) pairs, head-major: a fixed order
 
-  // A fixed order over (head, query tile): the sums over the group's heads are reproducible.
-  for (int64_t head = kv_head * group; head < (kv_head + 1) * group; ++head) {
-    const T* q = head_ptr<T>(p.q, p.q_strides, batch, head);
-    const T* grad_out = head_ptr<T>(p.grad_out, p.grad_out_strides, batch, head);
-    const float* lse = p.lse + (batch * p.q_heads + head) * p.seq;
-    const float* delta = p.delta + (batch * p.q_heads + head) * p.seq;
-    for (int q0 = first_q0; q0 < seq; q0 += kInner) {
-      load_tile<T, kInner, kD, Smem::kLdT>(q_tile, q, p.q_strides.seq, q0, seq);
-      load_tile<T, kInner, kD, Smem::kLdT>(grad_out_tile, grad_out, p.grad_out_strides.seq, q0, seq);
-      for (int i = threadIdx.x; i < kInner; i += kThreads) {
-        const bool valid = q0 + i < seq;
-        lse_tile[i] = valid ? lse[q0 + i] * kLog2e : 0.0f;
-        delta_tile[i] = valid ? delta[q0 + i] : 0.0f;
-      }
-      __syncthreads();
+  // Starts the copies of step i's Q, dO, lse and delta into stage i % 2.
+  auto prefetch = [&](int i) {
+    const int64_t head = kv_head * group + i / q_tiles;
+    const int q0 = first_q0 + i % q_tiles * kBlockM;
+    unsigned char* st = stage(i);
+    load_rows_async<kBlockM, kD, kThreads>(reinterpret_cast<T*>(st + Shape::kStageQ),
+                                           head_ptr<T>(p.q, p.q_strides, batch, head), p.q_strides.seq, q0, seq);
+    load_rows_async<kBlockM, kD, kThreads>(reinterpret_cast<T*>(st + Shape::kStageGradOut),
+                                           head_ptr<T>(p.grad_out, p.grad_out_strides, batch, head),
+                                           p.grad_out_strides.seq, q0, seq);
+    const int64_t stats = (batch * p.q_heads + head) * p.seq;
+    load_stats_async<kBlockM, kThreads>(reinterpret_cast<float*>(st + Shape::kStageLse), p.lse + stats, q0, seq);
+    load_stats_async<kBlockM, kThreads>(reinterpret_cast<float*>(st + Shape::kStageDelta), p.delta + stats, q0, seq);
+  };
 
-      {
-        BlockTile<T, kOuter, kInner> product;
-        product.zero();
-        product.template mma_abt<kD>(k_tile, Smem::kLdT, q_tile, Smem::kLdT);  // S^T = K Q^T
-        product.store(scores, Smem::kLdS);
-        product.zero();
-        product.template mma_abt<kD>(v_tile, Smem::kLdT, grad_out_tile, Smem::kLdT);  // dP^T = V dO^T
-        product.store(grad_probs, Smem::kLdS);
-      }
-      __syncthreads();
+  load_rows_async<kBlockN, kD, kThreads>(k_tile, head_ptr<T>(p.k, p.k_strides, batch, kv_head), p.k_strides.seq, k0,
+                                         seq);
+  load_rows_async<kBlockN, kD, kThreads>(v_tile, head_ptr<T>(p.v, p.v_strides, batch, kv_head), p.v_strides.seq, k0,
+                                         seq);
+  prefetch(0);
+  cp_async_commit();
 
-#pragma unroll
-      for (int j = 0; j < kInner / kLanes; ++j) {
-        const int col = part + j * kLanes;
-        const int query = q0 + col;
-        const int s = row * Smem::kLdS + col;
-        const float prob = query < seq && key <= query ? exp2f(scores[s] * scale_log2 - lse_tile[col]) : 0.0f;
-        const float grad_score = prob * (grad_probs[s] - delta_tile[col]);
-        probs[row * Smem::kLdP + col] = from_float<T>(prob);
-        grad_scores[row * Smem::kLdP + col] = from_float<T>(grad_score);
-      }
-      __syncthreads();
+  float grad_k[kD / 8][4];
+  float grad_v[kD / 8][4];
+  zero(grad_k);
+  zero(grad_v);
 
-      grad_v.template mma_ab<kInner>(probs, Smem::kLdP, grad_out_tile, Smem::kLdT);   // dV += P^T dO
-      grad_k.template mma_ab<kInner>(grad_scores, Smem::kLdP, q_tile, Smem::kLdT);    // dK += dS^T Q
+  for (int i = 0; i < steps; ++i) {
+    const int q0 = first_q0 + i % q_tiles * kBlockM;
+    cp_async_wait<0>();
+    __syncthreads();  // step i's tiles have arrived, and every warp is done with step i - 1's stage
+    if (i + 1 < steps) prefetch(i + 1);
+    cp_async_commit();
+    T* q_tile = reinterpret_cast<T*>(stage(i) + Shape::kStageQ);
+    T* grad_out_tile = reinterpret_cast<T*>(stage(i) + Shape::kStageGradOut);
+    const float* lse = reinterpret_cast<const float*>(stage(i) + Shape::kStageLse);
+    const float* delta = reinterpret_cast<const float*>(stage(i) + Shape::kStageDelta);
+    if constexpr (kRope) {
+      if (i == 0) rotate_rows<kBlockN, kD, kThreads>(k_tile, k0, seq, p.rope_cos, p.rope_sin);
+      rotate_rows<kBlockM, kD, kThreads>(q_tile, q0, seq, p.rope_cos, p.rope_sin);
       __syncthreads();
     }
+
+    // S^T = K Q^T and dP^T = V dO^T, keys as rows.
+    float s[kBlockM / 8][4];
+    float dp[kBlockM / 8][4];
+    zero(s);
+    zero(dp);
+    {
+      uint32_t a[kD / 16][4];
+      load_a_row<kD, kD>(a, k_tile, 16 * warp());
+      mma_abt<T, kD, kD, kBlockM>(s, a, q_tile, 0);
+      load_a_row<kD, kD>(a, v_tile, 16 * warp());
+      mma_abt<T, kD, kD, kBlockM>(dp, a, grad_out_tile, 0);
+    }
+
+    // P^T = exp(S^T * scale - lse) (0 where the key is in the query's future), dS^T = P^T * (dP^T - delta).
+#pragma unroll
+    for (int n = 0; n < kBlockM / 8; ++n) {
+      const int col = c_col(n, 0);
+      const float2 lse_pair = *reinterpret_cast<const float2*>(lse + col);
+      const float2 delta_pair = *reinterpret_cast<const float2*>(delta + col);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int query = q0 + col + (e & 1);
+        const int key = warp_k0 + c_row(e);
+        const float row_lse = (e & 1) ? lse_pair.y : lse_pair.x;
+        const float row_delta = (e & 1) ? delta_pair.y : delta_pair.x;
+        const float prob = key <= query && query < seq ? exp2f(s[n][e] * scale_log2 - row_lse * kLog2e) : 0.0f;
+        s[n][e] = prob;
+        dp[n][e] = prob * (dp[n][e] - row_delta);
+      }
+    }
+
+    uint32_t a[kBlockM / 16][4];
+    to_a_fragments<T, kBlockM>(a, s);
+    mma_ab<T, kD, kBlockM>(grad_v, a, grad_out_tile, 0);  // dV += P^T dO
+    to_a_fragments<T, kBlockM>(a, dp);
+    mma_ab<T, kD, kBlockM>(grad_k, a, q_tile, 0);  // dK += dS^T Q
   }
 
-  grad_k.scale(scale);
-  grad_k.store(staging, Smem::kLdG);
+  __syncthreads();  // every warp is done with the K and V tiles: stage the gradients over them
+  stage_rows<T, kD>(k_tile, 16 * warp(), grad_k, scale, k0, seq, kRope ? p.rope_cos : nullptr, p.rope_sin);
+  stage_rows<T, kD>(v_tile, 16 * warp(), grad_v, 1.0f, 0, seq, nullptr, nullptr);
   __syncthreads();
-  store_tile<T, kOuter, kD, Smem::kLdG>(head_ptr<T>(p.grad_k, p.grad_k_strides, batch, kv_head),
-                                        p.grad_k_strides.seq, k0, seq, staging);
-  __syncthreads();
-  grad_v.store(staging, Smem::kLdG);
-  __syncthreads();
-  store_tile<T, kOuter, kD, Smem::kLdG>(head_ptr<T>(p.grad_v, p.grad_v_strides, batch, kv_head),
-                                        p.grad_v_strides.seq, k0, seq, staging);
+  store_rows<kBlockN, kD, kThreads>(head_ptr<T>(p.grad_k, p.grad_k_strides, batch, kv_head), p.grad_k_strides.seq,
+                                     k0, seq, k_tile);
+  store_rows<kBlockN, kD, kThreads>(head_ptr<T>(p.grad_v, p.grad_v_strides, batch, kv_head), p.grad_v_strides.seq,
+                                     k0, seq, v_tile);
 }
 
-// dQ of one query tile: rows of the products are queries (kOuter), columns keys (kInner).
-template <typename T, int kD>
-__global__ void __launch_bounds__(kThreads) flash_backward_q_kernel(FlashBackwardParams p) {
-  using Smem = BackwardSmem<T, kD>;
-  constexpr int kOuter = Smem::kOuter;
-  constexpr int kInner = Smem::kInner;
-  constexpr int kLanes = kThreads / kOuter;
-  extern __shared__ __align__(128) unsigned char smem[];
-  T* q_tile = reinterpret_cast<T*>(smem + Smem::kOuterA);
-  T* grad_out_tile = reinterpret_cast<T*>(smem + Smem::kOuterB);
-  T* k_tile = reinterpret_cast<T*>(smem + Smem::kInnerA);
-  T* v_tile = reinterpret_cast<T*>(smem + Smem::kInnerB);
-  float* scores = reinterpret_cast<float*>(smem + Smem::kS);
-  float* grad_probs = reinterpret_cast<float*>(smem + Smem::kDP);
-  T* grad_scores = reinterpret_cast<T*>(smem + Smem::kDS);
-  float* lse_tile = reinterpret_cast<float*>(smem + Smem::kLse);
-  float* delta_tile = reinterpret_cast<float*>(smem + Smem::kDelta);
-  float* staging = reinterpret_cast<float*>(smem);
+// =================================================================================================
+// Backward: dQ
+// =================================================================================================
 
-  const int q0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kOuter;  // longest first
+template <int kD>
+struct BackwardQShape {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * kMmaLanes;
+  static constexpr int kBlockM = 16 * kWarps;  // queries per block
+  static constexpr int kBlockN = 64;           // keys per step
+  static constexpr int kQ = 0;
+  static constexpr int kGradOut = kQ + tile_bytes<kD>(kBlockM);
+  static constexpr int kStage = kGradOut + tile_bytes<kD>(kBlockM);  // two stages of {K, V}
+  static constexpr int kStageV = tile_bytes<kD>(kBlockN);
+  static constexpr int kStageBytes = 2 * tile_bytes<kD>(kBlockN);
+  static constexpr int kBytes = kStage + 2 * kStageBytes;
+};
+
+template <typename T, int kD, bool kRope>
+__global__ void __launch_bounds__(BackwardQShape<kD>::kThreads) flash_backward_q_kernel(FlashBackwardParams p) {
+  using Shape = BackwardQShape<kD>;
+  constexpr int kThreads = Shape::kThreads;
+  constexpr int kBlockM = Shape::kBlockM;
+  constexpr int kBlockN = Shape::kBlockN;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* q_tile = reinterpret_cast<T*>(smem + Shape::kQ);
+  T* grad_out_tile = reinterpret_cast<T*>(smem + Shape::kGradOut);
+  auto k_tile = [&](int j) { return reinterpret_cast<T*>(smem + Shape::kStage + (j % 2) * Shape::kStageBytes); };
+  auto v_tile = [&](int j) {
+    return reinterpret_cast<T*>(smem + Shape::kStage + (j % 2) * Shape::kStageBytes + Shape::kStageV);
+  };
+
+  const int q0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kBlockM;  // longest first
   const int64_t head = blockIdx.y;
   const int64_t batch = blockIdx.z;
   const int64_t kv_head = head / (p.q_heads / p.kv_heads);
@@ -527,60 +593,81 @@ __global__ void __launch_bounds__(kThreads) flash_backward_q_kernel(FlashBackwar
   const T* v = head_ptr<T>(p.v, p.v_strides, batch, kv_head);
   const float scale = softmax_scale<kD>();
   const float scale_log2 = scale * kLog2e;
+  const int warp_q0 = q0 + 16 * warp();
+  const int tiles = (min(seq, q0 + kBlockM) + kBlockN - 1) / kBlockN;
 
-  load_tile<T, kOuter, kD, Smem::kLdT>(q_tile, head_ptr<T>(p.q, p.q_strides, batch, head), p.q_strides.seq, q0, seq);
-  load_tile<T, kOuter, kD, Smem::kLdT>(grad_out_tile, head_ptr<T>(p.grad_out, p.grad_out_strides, batch, head),
-                                       p.grad_out_strides.seq, q0, seq);
+  auto prefetch = [&](int j) {
+    load_rows_async<kBlockN, kD, kThreads>(k_tile(j), k, p.k_strides.seq, j * kBlockN, seq);
+    load_rows_async<kBlockN, kD, kThreads>(v_tile(j), v, p.v_strides.seq, j * kBlockN, seq);
+  };
+  load_rows_async<kBlockM, kD, kThreads>(q_tile, head_ptr<T>(p.q, p.q_strides, batch, head), p.q_strides.seq, q0, seq);
+  load_rows_async<kBlockM, kD, kThreads>(grad_out_tile, head_ptr<T>(p.grad_out, p.grad_out_strides, batch, head),
+                                         p.grad_out_strides.seq, q0, seq);
+  prefetch(0);
+  cp_async_commit();
+
+  // This lane's two rows' statistics (rows past seq read as 0 and are masked below).
   const int64_t stats = (batch * p.q_heads + head) * p.seq;
-  for (int i = threadIdx.x; i < kOuter; i += kThreads) {
-    const bool valid = q0 + i < seq;
-    lse_tile[i] = valid ? p.lse[stats + q0 + i] * kLog2e : 0.0f;
-    delta_tile[i] = valid ? p.delta[stats + q0 + i] : 0.0f;
+  float row_lse[2];
+  float row_delta[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int query = warp_q0 + c_row(2 * half);
+    row_lse[half] = query < seq ? p.lse[stats + query] * kLog2e : 0.0f;
+    row_delta[half] = query < seq ? p.delta[stats + query] : 0.0f;
   }
-  BlockTile<T, kOuter, kD> grad_q;
-  grad_q.zero();
 
-  const int row = threadIdx.x / kLanes;
-  const int part = threadIdx.x % kLanes;
-  const int query = q0 + row;
+  float grad_q[kD / 8][4];
+  zero(grad_q);
 
-  const int last_key = min(seq, q0 + kOuter) - 1;
-  for (int k0 = 0; k0 <= last_key; k0 += kInner) {
-    load_tile<T, kInner, kD, Smem::kLdT>(k_tile, k, p.k_strides.seq, k0, seq);
-    load_tile<T, kInner, kD, Smem::kLdT>(v_tile, v, p.v_strides.seq, k0, seq);
-    __syncthreads();
-
-    {
-      BlockTile<T, kOuter, kInner> product;
-      product.zero();
-      product.template mma_abt<kD>(q_tile, Smem::kLdT, k_tile, Smem::kLdT);  // S = Q K^T
-      product.store(scores, Smem::kLdS);
-      product.zero();
-      product.template mma_abt<kD>(grad_out_tile, Smem::kLdT, v_tile, Smem::kLdT);  // dP = dO V^T
-      product.store(grad_probs, Smem::kLdS);
+  for (int j = 0; j < tiles; ++j) {
+    const int k0 = j * kBlockN;
+    cp_async_wait<0>();
+    __syncthreads();  // tile j has arrived, and every warp is done with tile j - 1's stage
+    if (j + 1 < tiles) prefetch(j + 1);
+    cp_async_commit();
+    if constexpr (kRope) {
+      if (j == 0) rotate_rows<kBlockM, kD, kThreads>(q_tile, q0, seq, p.rope_cos, p.rope_sin);
+      rotate_rows<kBlockN, kD, kThreads>(k_tile(j), k0, seq, p.rope_cos, p.rope_sin);
+      __syncthreads();
     }
-    __syncthreads();
+
+    float s[kBlockN / 8][4];
+    float dp[kBlockN / 8][4];
+    zero(s);
+    zero(dp);
+    {
+      uint32_t a[kD / 16][4];
+      load_a_row<kD, kD>(a, q_tile, 16 * warp());
+      mma_abt<T, kD, kD, kBlockN>(s, a, k_tile(j), 0);  // S = Q K^T
+      load_a_row<kD, kD>(a, grad_out_tile, 16 * warp());
+      mma_abt<T, kD, kD, kBlockN>(dp, a, v_tile(j), 0);  // dP = dO V^T
+    }
 
 #pragma unroll
-    for (int j = 0; j < kInner / kLanes; ++j) {
-      const int col = part + j * kLanes;
-      const int key = k0 + col;
-      const int s = row * Smem::kLdS + col;
-      const float prob = query < seq && key <= query ? exp2f(scores[s] * scale_log2 - lse_tile[row]) : 0.0f;
-      grad_scores[row * Smem::kLdP + col] = from_float<T>(prob * (grad_probs[s] - delta_tile[row]));
-    }
-    __syncthreads();
+    for (int n = 0; n < kBlockN / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int query = warp_q0 + c_row(e);
+        const int key = k0 + c_col(n, e);
+        const float prob = key <= query && query < seq ? exp2f(s[n][e] * scale_log2 - row_lse[e / 2]) : 0.0f;
+        dp[n][e] = prob * (dp[n][e] - row_delta[e / 2]);
+      }
 
-    grad_q.template mma_ab<kInner>(grad_scores, Smem::kLdP, k_tile, Smem::kLdT);  // dQ += dS K
-    __syncthreads();
+    uint32_t a[kBlockN / 16][4];
+    to_a_fragments<T, kBlockN>(a, dp);
+    mma_ab<T, kD, kBlockN>(grad_q, a, k_tile(j), 0);  // dQ += dS K
   }
 
-  grad_q.scale(scale);
-  grad_q.store(staging, Smem::kLdG);
+  // Each warp stages its own 16 rows over the Q tile, which only that warp reads.
+  __syncwarp();
+  stage_rows<T, kD>(q_tile, 16 * warp(), grad_q, scale, q0, seq, kRope ? p.rope_cos : nullptr, p.rope_sin);
   __syncthreads();
-  store_tile<T, kOuter, kD, Smem::kLdG>(head_ptr<T>(p.grad_q, p.grad_q_strides, batch, head), p.grad_q_strides.seq,
-                                        q0, seq, staging);
+  store_rows<kBlockM, kD, kThreads>(head_ptr<T>(p.grad_q, p.grad_q_strides, batch, head), p.grad_q_strides.seq, q0,
+                                     seq, q_tile);
 }
+
+#endif  // TT_MMA_SYNC
 
 // =================================================================================================
 // Launchers
@@ -591,39 +678,13 @@ unsigned blocks_for(int64_t rows, int rows_per_block) {
 }
 
 template <typename T, int kD>
-LaunchStatus forward_for(const FlashForwardParams& p, gpuStream_t stream) {
-  using Smem = ForwardSmem<T, kD>;
-  const LaunchStatus status = allow_dynamic_shared_memory(flash_forward_kernel<T, kD>, Smem::kBytes);
-  if (!status.ok()) return status;
-  const dim3 grid(blocks_for(p.seq, Smem::kRows), static_cast<unsigned>(p.q_heads), static_cast<unsigned>(p.batch));
-  flash_forward_kernel<T, kD><<<grid, kThreads, Smem::kBytes, stream>>>(p);
+LaunchStatus delta_for(const FlashBackwardParams& p, gpuStream_t stream) {
+  constexpr int kRowsPerBlock = kDeltaThreads / (kD / kWideVec<T>);
+  flash_delta_kernel<T, kD><<<blocks_for(p.batch * p.q_heads * p.seq, kRowsPerBlock), kDeltaThreads, 0, stream>>>(p);
   return last_launch_status();
 }
 
-template <typename T, int kD>
-LaunchStatus backward_for(const FlashBackwardParams& p, gpuStream_t stream) {
-  using Smem = BackwardSmem<T, kD>;
-  constexpr int kDeltaRows = kThreads / (kD / kWideVec<T>);
-  flash_delta_kernel<T, kD><<<blocks_for(p.batch * p.q_heads * p.seq, kDeltaRows), kThreads, 0, stream>>>(p);
-  LaunchStatus status = last_launch_status();
-  if (!status.ok()) return status;
-
-  status = allow_dynamic_shared_memory(flash_backward_kv_kernel<T, kD>, Smem::kBytes);
-  if (!status.ok()) return status;
-  const dim3 kv_grid(blocks_for(p.seq, Smem::kOuter), static_cast<unsigned>(p.kv_heads),
-                     static_cast<unsigned>(p.batch));
-  flash_backward_kv_kernel<T, kD><<<kv_grid, kThreads, Smem::kBytes, stream>>>(p);
-  status = last_launch_status();
-  if (!status.ok()) return status;
-
-  status = allow_dynamic_shared_memory(flash_backward_q_kernel<T, kD>, Smem::kBytes);
-  if (!status.ok()) return status;
-  const dim3 q_grid(blocks_for(p.seq, Smem::kOuter), static_cast<unsigned>(p.q_heads), static_cast<unsigned>(p.batch));
-  flash_backward_q_kernel<T, kD><<<q_grid, kThreads, Smem::kBytes, stream>>>(p);
-  return last_launch_status();
-}
-
-// The one switch from the runtime head_dim to the kernels' compile-time tile shapes: calls f with
+// The one switch from the runtime head_dim to the kernels' compile-time one: calls f with
 // std::integral_constant<int, head_dim>, or returns false for a head_dim without kernels.
 template <typename F>
 bool dispatch_head_dim(int64_t head_dim, F&& f) {
@@ -638,27 +699,132 @@ bool dispatch_head_dim(int64_t head_dim, F&& f) {
 
 constexpr const char* kUnsupportedHeadDim = "flash attention kernels exist for head_dim 16, 32, 64 and 128 only";
 
+#if defined(TT_MMA_SYNC)
+// Blocks of 8 warps (128 queries) read each K/V tile from L2 once for twice the queries of 4 warps; short
+// sequences take 4 warps, so that a workshop-sized batch still spreads over the GPU.
+template <typename T, int kD, bool kRope>
+LaunchStatus register_forward_for(const FlashForwardParams& p, gpuStream_t stream) {
+  auto run = [&](auto warps) {
+    constexpr int kWarps = decltype(warps)::value;
+    using Shape = ForwardShape<kD, kWarps>;
+    const dim3 grid(blocks_for(p.seq, Shape::kBlockM), static_cast<unsigned>(p.q_heads),
+                    static_cast<unsigned>(p.batch));
+    auto* kernel = flash_forward_kernel<T, kD, kWarps, kRope>;
+    const LaunchStatus status = allow_dynamic_shared_memory(kernel, Shape::kBytes);
+    if (!status.ok()) return status;
+    kernel<<<grid, Shape::kThreads, Shape::kBytes, stream>>>(p);
+    return last_launch_status();
+  };
+  return p.seq >= 1024 ? run(std::integral_constant<int, 8>{}) : run(std::integral_constant<int, 4>{});
+}
+
+template <typename T, int kD, bool kRope>
+LaunchStatus register_backward_for(const FlashBackwardParams& p, gpuStream_t stream) {
+  LaunchStatus status = delta_for<T, kD>(p, stream);
+  if (!status.ok()) return status;
+
+  using Kv = BackwardKvShape<kD>;
+  status = allow_dynamic_shared_memory(flash_backward_kv_kernel<T, kD, kRope>, Kv::kBytes);
+  if (!status.ok()) return status;
+  const dim3 kv_grid(blocks_for(p.seq, Kv::kBlockN), static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(p.batch));
+  flash_backward_kv_kernel<T, kD, kRope><<<kv_grid, Kv::kThreads, Kv::kBytes, stream>>>(p);
+  status = last_launch_status();
+  if (!status.ok()) return status;
+
+  using Q = BackwardQShape<kD>;
+  status = allow_dynamic_shared_memory(flash_backward_q_kernel<T, kD, kRope>, Q::kBytes);
+  if (!status.ok()) return status;
+  const dim3 q_grid(blocks_for(p.seq, Q::kBlockM), static_cast<unsigned>(p.q_heads), static_cast<unsigned>(p.batch));
+  flash_backward_q_kernel<T, kD, kRope><<<q_grid, Q::kThreads, Q::kBytes, stream>>>(p);
+  return last_launch_status();
+}
+
+// Calls f(T{}) for the 16-bit dtypes the register kernels take.
+template <typename F>
+void dispatch_16bit(DType dtype, F&& f) {
+  if (dtype == DType::kBFloat16) f(bf16{});
+  if (dtype == DType::kFloat16) f(fp16{});
+}
+
+template <typename F>
+void dispatch_rope(bool rope, F&& f) {
+  if (rope) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
+#endif
+
 }  // namespace
 
-LaunchStatus flash_attention_forward(const FlashForwardParams& params, DType dtype, void* stream) {
-  if (params.batch == 0 || params.q_heads == 0 || params.seq == 0) return {};
+FlashKernel default_flash_kernel(DType dtype) {
+  return flash_kernel_available(FlashKernel::kRegisterTiles, dtype) ? FlashKernel::kRegisterTiles
+                                                                    : FlashKernel::kSharedMemoryTiles;
+}
+
+bool flash_kernel_available(FlashKernel kernel, DType dtype) {
+  if (kernel == FlashKernel::kSharedMemoryTiles) return true;
+#if defined(TT_MMA_SYNC)
+  return dtype != DType::kFloat32;
+#else
+  (void)dtype;
+  return false;
+#endif
+}
+
+LaunchStatus flash_attention_delta(const FlashBackwardParams& params, DType dtype, void* stream) {
   LaunchStatus status;
   const bool supported = dispatch_head_dim(params.head_dim, [&](auto head_dim) {
     dispatch_dtype(dtype, [&](auto element) {
-      status = forward_for<decltype(element), decltype(head_dim)::value>(params, to_stream(stream));
+      status = delta_for<decltype(element), decltype(head_dim)::value>(params, to_stream(stream));
     });
   });
   return supported ? status : LaunchStatus{kUnsupportedHeadDim};
 }
 
-LaunchStatus flash_attention_backward(const FlashBackwardParams& params, DType dtype, void* stream) {
+LaunchStatus flash_attention_forward(const FlashForwardParams& params, DType dtype, void* stream, FlashKernel kernel) {
+  if (!flash_kernel_available(kernel, dtype)) return {"this flash attention kernel does not exist for this dtype"};
+  if (kernel == FlashKernel::kSharedMemoryTiles) {
+    if (params.rope_cos != nullptr) return {"the shared-memory flash attention kernels take no RoPE"};
+    return flash_attention_forward_tiled(params, dtype, stream);
+  }
   if (params.batch == 0 || params.q_heads == 0 || params.seq == 0) return {};
   LaunchStatus status;
-  const bool supported = dispatch_head_dim(params.head_dim, [&](auto head_dim) {
-    dispatch_dtype(dtype, [&](auto element) {
-      status = backward_for<decltype(element), decltype(head_dim)::value>(params, to_stream(stream));
+  bool supported = false;
+#if defined(TT_MMA_SYNC)
+  supported = dispatch_head_dim(params.head_dim, [&](auto head_dim) {
+    dispatch_16bit(dtype, [&](auto element) {
+      dispatch_rope(params.rope_cos != nullptr, [&](auto rope) {
+        status = register_forward_for<decltype(element), decltype(head_dim)::value, decltype(rope)::value>(
+            params, to_stream(stream));
+      });
     });
   });
+#endif
+  return supported ? status : LaunchStatus{kUnsupportedHeadDim};
+}
+
+LaunchStatus flash_attention_backward(const FlashBackwardParams& params, DType dtype, void* stream,
+                                      FlashKernel kernel) {
+  if (!flash_kernel_available(kernel, dtype)) return {"this flash attention kernel does not exist for this dtype"};
+  if (kernel == FlashKernel::kSharedMemoryTiles) {
+    if (params.rope_cos != nullptr) return {"the shared-memory flash attention kernels take no RoPE"};
+    return flash_attention_backward_tiled(params, dtype, stream);
+  }
+  if (params.batch == 0 || params.q_heads == 0 || params.seq == 0) return {};
+  LaunchStatus status;
+  bool supported = false;
+#if defined(TT_MMA_SYNC)
+  supported = dispatch_head_dim(params.head_dim, [&](auto head_dim) {
+    dispatch_16bit(dtype, [&](auto element) {
+      dispatch_rope(params.rope_cos != nullptr, [&](auto rope) {
+        status = register_backward_for<decltype(element), decltype(head_dim)::value, decltype(rope)::value>(
+            params, to_stream(stream));
+      });
+    });
+  });
+#endif
   return supported ? status : LaunchStatus{kUnsupportedHeadDim};
 }
 

@@ -1,6 +1,13 @@
 // Flash attention launchers: causal softmax(q k^T / sqrt(D)) v for q [B, Hq, S, D] and k, v [B, Hkv, S, D],
-// grouped-query (query head h reads key/value head h / (Hq / Hkv)), without materialising the S x S scores.
+// grouped-query (query head h reads key/value head h / (Hq / Hkv)), without materialising the S x S scores,
+// optionally with RoPE applied to q and k as they are loaded.
 // Plain pointers and strides; inputs are checked by the op layer (kernels/ops/flash_attention.cpp).
+//
+// Two generations of kernels implement it (README's attention page measures the step from one to the other):
+//  * register tiles (flash_attention.cu): after FlashAttention-2, scores and probabilities never leave
+//    registers, tiles stream in through cp.async; bf16/fp16 on NVIDIA sm_80+;
+//  * shared-memory tiles (flash_attention_tiled.cu): every score tile goes through shared memory in fp32,
+//    vendor-neutral (WMMA, MFMA or FMA units); fp32 everywhere, and every dtype on AMD.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +41,11 @@ struct FlashForwardParams {
   int64_t kv_heads;  // divides q_heads
   int64_t seq;
   int64_t head_dim;  // 16, 32, 64 or 128
+  // RoPE on q and k as they are loaded (register tiles only): fp32 tables [>= seq, head_dim / 2], contiguous,
+  // rotating consecutive pairs (x0, x1) of position s by angle (cos, sin)[s] as tt::ops::rope does. nullptr:
+  // q and k are used as they are.
+  const float* rope_cos;
+  const float* rope_sin;
 };
 
 struct FlashBackwardParams {
@@ -60,12 +72,36 @@ struct FlashBackwardParams {
   int64_t kv_heads;
   int64_t seq;
   int64_t head_dim;
+  const float* rope_cos;  // as in FlashForwardParams; grad_q and grad_k are then those of the unrotated q, k
+  const float* rope_sin;
 };
 
+enum class FlashKernel {
+  kRegisterTiles,     // flash_attention.cu
+  kSharedMemoryTiles  // flash_attention_tiled.cu
+};
+
+// The kernel generation that serves `dtype` in this build: register tiles for bf16/fp16 on CUDA builds,
+// shared-memory tiles otherwise.
+FlashKernel default_flash_kernel(DType dtype);
+
+// Whether `kernel` exists for `dtype` in this build.
+bool flash_kernel_available(FlashKernel kernel, DType dtype);
+
 // Writes out and lse. Memory: O(seq) per head; the scores live one tile at a time in shared memory.
-LaunchStatus flash_attention_forward(const FlashForwardParams& params, DType dtype, void* stream);
+LaunchStatus flash_attention_forward(const FlashForwardParams& params, DType dtype, void* stream,
+                                     FlashKernel kernel);
 
 // Writes grad_q, grad_k and grad_v (FlashAttention-2's two-kernel scheme, no atomics): bitwise reproducible.
-LaunchStatus flash_attention_backward(const FlashBackwardParams& params, DType dtype, void* stream);
+LaunchStatus flash_attention_backward(const FlashBackwardParams& params, DType dtype, void* stream,
+                                      FlashKernel kernel);
+
+// delta = rowsum(grad_out * out) into params.delta: the backward's first pass, shared by both generations.
+LaunchStatus flash_attention_delta(const FlashBackwardParams& params, DType dtype, void* stream);
+
+// The shared-memory generation (flash_attention_tiled.cu); the two entry points above dispatch to it.
+// rope_cos/rope_sin must be nullptr.
+LaunchStatus flash_attention_forward_tiled(const FlashForwardParams& params, DType dtype, void* stream);
+LaunchStatus flash_attention_backward_tiled(const FlashBackwardParams& params, DType dtype, void* stream);
 
 }  // namespace tt::kernels

@@ -479,6 +479,122 @@ struct MmaTileFor<fp16> {
 template <typename T>
 using MmaTile = typename MmaTileFor<T>::type;
 
+// =================================================================================================
+// Register fragments of mma.sync.m16n8k16 (NVIDIA sm_80+): the vocabulary of the register-resident
+// flash attention kernels (kernels/flash_attention.cu)
+// =================================================================================================
+//
+// Unlike MmaTile above, these kernels depend on where each value lives, so the layout is stated once here
+// (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"). With g = lane / 4, t = lane % 4:
+//   A (16 x 16, row-major, 4 registers of 2 elements):  a0 = (g, 2t..2t+1)      a1 = (g + 8, 2t..2t+1)
+//                                                       a2 = (g, 2t+8..2t+9)    a3 = (g + 8, 2t+8..2t+9)
+//   B (16 x 8, 2 registers of 2 elements):              b0 = (k 2t..2t+1, n g)   b1 = (k 2t+8..2t+9, n g)
+//   C (16 x 8, fp32, 4 values):                         c0, c1 = (g, 2t..2t+1)   c2, c3 = (g + 8, 2t..2t+1)
+// Two C fragments side by side (16 x 16) hold exactly the values an A fragment needs, in the same lanes:
+// a softmax's probabilities become the A operand of the next product without leaving registers. A row is
+// shared by the 4 lanes of a quad, so row reductions are two xor-shuffles (quad_max, quad_sum).
+// ldmatrix.x4 loads four 8 x 8 matrices of 16-bit values from shared memory, lanes 8i..8i+7 giving the
+// row addresses of matrix i, which lands in register i: one instruction fills an A fragment or two B
+// fragments; with .trans each matrix arrives transposed (B fragments of a row-major [k][n] operand).
+// cp.async copies 16 bytes global -> shared without passing through registers, so loads of the next tile
+// overlap the products on the current one; its zero-fill form pads rows past the end of a sequence.
+// mma.sync is defined on 32-lane warps, hence kMmaLanes rather than warp_size(); HIP builds do not use
+// this section (their kernels are the shared-memory tiles above: see README).
+
+#if defined(__CUDACC__) && !defined(__HIP__)
+#define TT_MMA_SYNC 1
+
+constexpr int kMmaLanes = 32;
+
+__device__ __forceinline__ uint32_t shared_address(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+// Four 8 x 8 matrices: register i from the rows whose addresses lanes 8i..8i+7 give.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// c += a b for one 16 x 8 x 16 product, fp32 accumulators, T = bf16 or fp16 operands.
+template <typename T>
+__device__ __forceinline__ void mma_16x8x16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    static_assert(std::is_same_v<T, fp16>, "mma_16x8x16: bf16 or fp16 operands");
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// The 16 bits of a T, and back (mma.sync takes its operands as 32-bit registers of two 16-bit values).
+__device__ __forceinline__ uint16_t bits_of(bf16 value) { return __bfloat16_as_ushort(value); }
+__device__ __forceinline__ uint16_t bits_of(fp16 value) { return __half_as_ushort(value); }
+template <typename T>
+__device__ __forceinline__ T from_bits(uint16_t bits) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    return __ushort_as_bfloat16(bits);
+  } else {
+    return __ushort_as_half(bits);
+  }
+}
+
+// Two fp32 values rounded (to nearest even) into one register of two T, `low` in the low half.
+template <typename T>
+__device__ __forceinline__ uint32_t pack_pair(float low, float high) {
+  return static_cast<uint32_t>(bits_of(from_float<T>(low))) | (static_cast<uint32_t>(bits_of(from_float<T>(high))) << 16);
+}
+
+// The pair a 32-bit register holds, as fp32.
+template <typename T>
+__device__ __forceinline__ void unpack_pair(uint32_t pair, float& low, float& high) {
+  low = to_float(from_bits<T>(static_cast<uint16_t>(pair & 0xffffu)));
+  high = to_float(from_bits<T>(static_cast<uint16_t>(pair >> 16)));
+}
+
+// 16 bytes global -> shared, asynchronously; `valid` false writes 16 zero bytes and reads nothing.
+__device__ __forceinline__ void cp_async_16(uint32_t shared, const void* global, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(global),
+               "r"(valid ? 16 : 0));
+}
+// 4 bytes (a float of a row statistic); `valid` false writes zero.
+__device__ __forceinline__ void cp_async_4(uint32_t shared, const void* global, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared), "l"(global), "r"(valid ? 4 : 0));
+}
+// Closes the group of copies issued since the last commit.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most kPending committed groups are still in flight (this thread's copies only: a block
+// barrier must follow before other threads read them).
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Reductions over the 4 lanes of a quad, which share the rows of a C fragment.
+__device__ __forceinline__ float quad_max(float value) {
+  value = fmaxf(value, shfl_xor(value, 1));
+  return fmaxf(value, shfl_xor(value, 2));
+}
+__device__ __forceinline__ float quad_sum(float value) {
+  value += shfl_xor(value, 1);
+  return value + shfl_xor(value, 2);
+}
+#endif  // NVIDIA
+
 }  // namespace tt::kernels
 
 #endif  // defined(__CUDACC__) || defined(__HIP__)

@@ -55,9 +55,10 @@ class RotaryImpl : public torch::nn::Module {
   std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& q, const torch::Tensor& k, int64_t start_pos);
   // The fused QKV projection's output viewed as qkv [B, S, Hq + 2 Hkv, D] -> rotated q and k, and v.
   ops::RotatedQkv forward_qkv(const torch::Tensor& qkv, int64_t n_heads, int64_t n_kv_heads, int64_t start_pos);
+  // cos, sin [seq_len, head_dim / 2] for positions start_pos ..: for a kernel that rotates by itself.
+  std::pair<torch::Tensor, torch::Tensor> tables(int64_t seq_len, int64_t start_pos, const torch::Device& device);
 
  private:
-  std::pair<torch::Tensor, torch::Tensor> tables(int64_t seq_len, int64_t start_pos, const torch::Device& device);
   ModelConfig config_;
   RopeKind kind_;
   torch::Tensor cos_cache_, sin_cache_;
@@ -76,6 +77,7 @@ class AttentionImpl : public torch::nn::Module {
  private:
   int64_t n_heads_, n_kv_heads_, head_dim_;
   AttentionKind kind_;
+  bool rope_in_attention_;  // RopeKind::kInOurAttention
 };
 TORCH_MODULE(Attention);
 

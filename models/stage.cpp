@@ -52,25 +52,20 @@ StageSpec v3_custom() {
 // v3 with the host out of the step: the whole step as one graph, our multi-tensor AdamW, and (bf16) the
 // weight copies written by the optimizer instead of autocast's casts. Each residual add runs inside the
 // RMSNorm kernel after it, which also writes the next GEMM's bf16 input: per layer that removes the two add
-// kernels and two casts of the forward, and the adds and casts of their gradients in the backward. RoPE reads
-// q and k from the QKV projection's output and its backward writes that projection's gradient whole (no
-// concatenation of dq, dk and dv): forward + backward 26.4 us against 34.4 us for the split views and
-// tt::ops::rope (kernel_bench rope_qkv, H200, medium shapes, bf16). The loss
-// takes large logits in chunks (fused_linear_loss), so they never exist whole. Attention goes back to SDPA: our flash
-// kernel is slower than cuDNN's wherever v4 trains in bf16 (kernel_bench, H100, forward + backward per layer:
-// workshop 70 us against 60, medium 480 against 127, long-context 3.0 ms against 0.40), and slower than the
-// memory-efficient kernel in fp32 beyond the workshop's 128 positions.
+// kernels and two casts of the forward, and the adds and casts of their gradients in the backward. RoPE has no
+// pass of its own: our flash attention rotates q and k as it loads them from the QKV projection's output, and
+// its backward rotates dq and dk back (kernel_bench attention_rope; README's attention page). The loss takes
+// large logits in chunks (fused_linear_loss), so they never exist whole.
 StageSpec v4_ultra() {
   StageSpec spec = v3_custom();
   spec.name = "v4_ultra";
   spec.summary =
       "v3 as one CUDA/HIP graph per step, with our multi-tensor AdamW writing bf16 weight copies, residual adds fused "
-      "into our RMSNorm kernel, RoPE reading the fused QKV output, the loss in chunks of the logits, and SDPA for "
-      "attention";
+      "into our RMSNorm kernel, RoPE inside our flash attention's load, and the loss in chunks of the logits";
   spec.norm = NormKind::kOurFusedResidual;
-  spec.rope = RopeKind::kOurKernelOnQkv;
+  spec.rope = RopeKind::kInOurAttention;
   spec.loss = LossKind::kOurFusedLinear;
-  spec.attention = AttentionKind::kSdpa;
+  spec.attention = AttentionKind::kOurFlash;
   spec.optimizer = OptimizerKind::kOurAdamW;
   spec.compute_copies = true;
   spec.step = StepKind::kGraph;
@@ -193,6 +188,10 @@ torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, c
   return reference::masked_attention(q, k, v);
 }
 
+torch::Tensor flash_attention_shared_memory_tiles(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  return ops::flash_attention(q, k, v, ops::FlashAttentionKernel::kSharedMemoryTiles);
+}
+
 nlohmann::json no_backend_choice(const AttentionShape&, Precision, const torch::Device&) {
   return nlohmann::json::object();
 }
@@ -310,6 +309,11 @@ const std::vector<RopeImplementation>& rope_implementations() {
         "the projection's gradient [dq | dk | dv] in the same pass",
         ops::rope},
        ops::rope_qkv},
+      {{RopeKind::kInOurAttention, "in tt::ops::flash_attention_rope",
+        "no RoPE pass: our flash attention rotates q and k as it loads them, read from the fused QKV projection's "
+        "output (tt::ops::flash_attention_rope); tt::ops::rope_qkv when decoding with a KV cache",
+        ops::rope},
+       ops::rope_qkv},
   };
   return list;
 }
@@ -321,8 +325,14 @@ const std::vector<AttentionImplementation>& attention_implementations() {
        no_backend_choice},
       {{AttentionKind::kSdpa, "at::scaled_dot_product_attention", "at::scaled_dot_product_attention (is_causal)", sdpa},
        sdpa_backend},
+      // Before kOurFlash: kernel_bench takes a family's last entry as its most optimised.
+      {{AttentionKind::kOurFlashSharedMemory, "tt::ops::flash_attention (shared-memory tiles)",
+        "the first generation of our kernel: score tiles through shared memory in fp32 (kept for kernel_bench)",
+        flash_attention_shared_memory_tiles},
+       no_backend_choice},
       {{AttentionKind::kOurFlash, "tt::ops::flash_attention",
-        "our flash attention kernel (tt::ops::flash_attention): online softmax, native GQA, deterministic backward",
+        "our flash attention kernel (tt::ops::flash_attention): register tiles (mma.sync) for bf16/fp16 on NVIDIA, "
+        "online softmax, native GQA, deterministic backward",
         ops::flash_attention},
        no_backend_choice},
   };

@@ -26,8 +26,13 @@ namespace tt {
 // kOurFusedResidual: our kernel with the residual add before the norm done inside it (tt::ops::add_rms_norm).
 enum class NormKind { kReference, kAtenFused, kOurKernel, kOurFusedResidual };
 // kOurKernelOnQkv: our kernel reading the fused QKV projection's output directly (tt::ops::rope_qkv).
-enum class RopeKind { kReference, kCachedTables, kOurKernel, kOurKernelOnQkv };
-enum class AttentionKind { kMaskedMatmul, kSdpa, kOurFlash };
+// kInOurAttention: no RoPE pass; our flash attention rotates q and k as it loads them
+// (tt::ops::flash_attention_rope), reading them unrotated from the fused QKV projection's output. Needs
+// AttentionKind::kOurFlash and the fused QKV projection; decoding with a KV cache rotates with tt::ops::rope_qkv.
+enum class RopeKind { kReference, kCachedTables, kOurKernel, kOurKernelOnQkv, kInOurAttention };
+// kOurFlashSharedMemory: the first generation of our kernel, kept for kernel_bench's step-by-step table; no stage
+// uses it.
+enum class AttentionKind { kMaskedMatmul, kSdpa, kOurFlash, kOurFlashSharedMemory };
 enum class ActivationKind { kReference, kOurKernel, kOurKernelStrided };
 // kOurFusedLinear: the output head's GEMM and our loss kernels chunk by chunk (tt::ops::linear_cross_entropy).
 enum class LossKind { kReference, kOurKernel, kOurFusedLinear };

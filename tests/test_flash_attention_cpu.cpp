@@ -138,6 +138,37 @@ TEST(FlashAttentionCpu, GradientsMatchFiniteDifferences) {
   expect_gradients_match_finite_differences({2, 3, 1, 4, 2}, 5);  // one key/value head for all queries
 }
 
+// flash_attention_rope on CPU: tt::ops::rope then attention, against the reference's rotation then attention,
+// output and every gradient, on q and k that are views of a fused QKV projection.
+TEST(FlashAttentionCpu, RopeVariantMatchesRopeThenAttention) {
+  torch::manual_seed(11);
+  for (const Shape& s : {Shape{2, 4, 2, 17, 16}, Shape{1, 8, 1, 33, 64}}) {
+    auto [cos, sin] = tt::reference::rope_tables(s.seq + 3, s.head_dim, 10000.0, 0, torch::kCPU);
+    auto qkv = torch::randn({s.batch, s.seq, s.q_heads + 2 * s.kv_heads, s.head_dim});
+    auto parts = qkv.split({s.q_heads, s.kv_heads, s.kv_heads}, 2);
+    auto q = leaf_view(parts[0].transpose(1, 2));
+    auto k = leaf_view(parts[1].transpose(1, 2));
+    auto v = leaf_view(parts[2].transpose(1, 2));
+    auto out = tt::ops::flash_attention_rope(q, k, v, cos, sin);
+
+    auto q_ref = leaf(parts[0].transpose(1, 2));
+    auto k_ref = leaf(parts[1].transpose(1, 2));
+    auto v_ref = leaf(parts[2].transpose(1, 2));
+    auto rows_cos = cos.narrow(0, 0, s.seq);
+    auto rows_sin = sin.narrow(0, 0, s.seq);
+    auto out_ref = tt::reference::masked_attention(
+        tt::reference::apply_rope(q_ref.transpose(1, 2), rows_cos, rows_sin).transpose(1, 2),
+        tt::reference::apply_rope(k_ref.transpose(1, 2), rows_cos, rows_sin).transpose(1, 2), v_ref);
+    expect_close(out, out_ref, 1e-5, 1e-6, "flash_attention_rope " + s.name() + " output");
+    auto grad_out = torch::randn_like(out_ref);
+    auto grads = grads_of({out}, {q, k, v}, {grad_out});
+    auto grads_ref = grads_of({out_ref}, {q_ref, k_ref, v_ref}, {grad_out});
+    const char* names[] = {"grad q", "grad k", "grad v"};
+    for (int i = 0; i < 3; ++i)
+      expect_close(grads[i], grads_ref[i], 1e-4, 1e-5, "flash_attention_rope " + s.name() + " " + names[i]);
+  }
+}
+
 TEST(FlashAttentionCpu, RejectsBadInputs) {
   auto q = torch::randn({2, 8, 5, 16});
   auto kv = torch::randn({2, 4, 5, 16});

@@ -5,6 +5,7 @@
 // Tolerances: tests/kernel_checks.h.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -77,8 +78,18 @@ std::pair<double, double> cancellation_scales(const torch::Tensor& q64, const to
   return {grad_q, grad_k};
 }
 
+using Attention = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>;
+
+torch::Tensor ours_default(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  return tt::ops::flash_attention(q, k, v);
+}
+torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  return tt::reference::masked_attention(q, k, v);
+}
+
 // Output and the gradients of q, k and v against the reference at the same precision and in fp64.
-void check_attention(const Inputs& in, torch::ScalarType dtype, const std::string& label) {
+void check_attention(const Inputs& in, torch::ScalarType dtype, const std::string& label,
+                     const Attention& ours = ours_default, const Attention& reference = reference_attention) {
   const std::string what = "flash_attention " + label + " q " + shape_name(in.q.sizes()) + " k/v " +
                            shape_name(in.k.sizes());
   auto grad_out = torch::randn(in.q.sizes(), gpu()).to(dtype);
@@ -86,20 +97,20 @@ void check_attention(const Inputs& in, torch::ScalarType dtype, const std::strin
   auto q = leaf_view(in.q);
   auto k = leaf_view(in.k);
   auto v = leaf_view(in.v);
-  auto out = tt::ops::flash_attention(q, k, v);
+  auto out = ours(q, k, v);
   EXPECT_EQ(out.scalar_type(), dtype) << what << ": output must keep the input dtype";
   auto grads = grads_of({out}, {q, k, v}, {grad_out});
 
   auto q_same = leaf(in.q);
   auto k_same = leaf(in.k);
   auto v_same = leaf(in.v);
-  auto out_same = tt::reference::masked_attention(q_same, k_same, v_same);
+  auto out_same = reference(q_same, k_same, v_same);
   auto grads_same = grads_of({out_same}, {q_same, k_same, v_same}, {grad_out});
 
   auto q64 = leaf(in.q.to(torch::kFloat64));
   auto k64 = leaf(in.k.to(torch::kFloat64));
   auto v64 = leaf(in.v.to(torch::kFloat64));
-  auto out64 = tt::reference::masked_attention(q64, k64, v64);
+  auto out64 = reference(q64, k64, v64);
   auto grads64 = grads_of({out64}, {q64, k64, v64}, {grad_out.to(torch::kFloat64)});
 
   expect_matches_reference(out, out_same, out64, dtype, 1e-5, what + " output");
@@ -110,17 +121,17 @@ void check_attention(const Inputs& in, torch::ScalarType dtype, const std::strin
   expect_matches_reference(grads[2], grads_same[2], grads64[2], dtype, 1e-4, what + " grad v");
 }
 
-// Sequence lengths around the tiles (16-row fragments, 32- and 64-row blocks): one row, a partial fragment,
-// exact tiles, one past, one short.
+// Sequence lengths around the tiles (16-row fragments, 32-, 64- and 128-row blocks): one row, a partial
+// fragment, exact tiles, one past, one short. Grouped-query ratios 1, 2, 4 and 8.
 TEST(FlashAttentionGpu, MatchesReferenceOverShapesHeadsAndDtypes) {
   SKIP_WITHOUT_GPU();
   torch::manual_seed(0);
-  const std::vector<std::pair<int64_t, int64_t>> head_configs = {{8, 8}, {8, 4}, {8, 1}, {32, 16}};
+  const std::vector<std::pair<int64_t, int64_t>> head_configs = {{8, 8}, {8, 4}, {8, 2}, {8, 1}, {32, 16}};
   int64_t case_index = 0;
   for (const auto dtype : kDtypes) {
     for (const int64_t head_dim : {16, 32, 64, 128}) {
       for (const auto& [q_heads, kv_heads] : head_configs) {
-        for (const int64_t seq : {1, 7, 64, 65, 127, 128, 129}) {
+        for (const int64_t seq : {1, 7, 17, 64, 65, 127, 128, 129}) {
           const int64_t batch = case_index++ % 2 == 0 ? 1 : 3;
           check_attention(random_inputs({batch, q_heads, kv_heads, seq, head_dim}, dtype), dtype, "contiguous");
         }
@@ -135,6 +146,7 @@ TEST(FlashAttentionGpu, MatchesReferenceOnLongSequences) {
   torch::manual_seed(1);
   const std::vector<std::pair<torch::ScalarType, Config>> cases = {
       {torch::kBFloat16, {1, 8, 4, 4096, 64}}, {torch::kFloat16, {1, 8, 1, 4096, 128}},
+      {torch::kBFloat16, {1, 16, 2, 4096, 128}}, {torch::kFloat16, {3, 8, 2, 1000, 64}},
       {torch::kFloat32, {1, 8, 2, 4096, 32}},  {torch::kFloat32, {1, 8, 8, 1000, 64}},
       {torch::kFloat32, {1, 8, 2, 1000, 128}}, {torch::kBFloat16, {3, 32, 16, 1000, 128}},
       {torch::kFloat16, {3, 8, 8, 1000, 32}},  {torch::kBFloat16, {1, 8, 1, 1000, 32}}};
@@ -177,7 +189,7 @@ TEST(FlashAttentionGpu, IsBitwiseDeterministic) {
       auto in = random_inputs(config, dtype);
       auto grad_out = torch::randn(in.q.sizes(), gpu()).to(dtype);
       std::vector<std::vector<torch::Tensor>> runs;
-      for (int run = 0; run < 2; ++run) {
+      for (int run = 0; run < 3; ++run) {
         auto q = leaf(in.q);
         auto k = leaf(in.k);
         auto v = leaf(in.v);
@@ -186,13 +198,57 @@ TEST(FlashAttentionGpu, IsBitwiseDeterministic) {
         runs.push_back({out.detach(), grads[0], grads[1], grads[2]});
       }
       for (size_t i = 0; i < runs[0].size(); ++i) {
-        EXPECT_TRUE(torch::equal(runs[0][i], runs[1][i]))
+        EXPECT_TRUE(torch::equal(runs[0][i], runs[1][i]) && torch::equal(runs[0][i], runs[2][i]))
             << "flash_attention " << names[i] << " [" << dtype_name(dtype) << ", head_dim " << head_dim
-            << "] differs between two identical runs: max |difference| = "
-            << (runs[0][i].to(torch::kFloat64) - runs[1][i].to(torch::kFloat64)).abs().max().item<double>();
+            << "] differs between three identical runs: max |difference| = "
+            << std::max((runs[0][i].to(torch::kFloat64) - runs[1][i].to(torch::kFloat64)).abs().max().item<double>(),
+                        (runs[0][i].to(torch::kFloat64) - runs[2][i].to(torch::kFloat64)).abs().max().item<double>());
       }
     }
   }
+}
+
+// RoPE in the load: flash_attention_rope(q, k, v) against rope then attention, computed by the reference. The
+// register kernels rotate tiles as they load them and rotate dQ and dK back; fp32 takes tt::ops::rope then the
+// shared-memory kernels. q and k are views of a fused QKV projection, as v4 passes them.
+TEST(FlashAttentionGpu, RopeInTheLoadMatchesRopeThenAttention) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(4);
+  const std::vector<Config> configs = {{1, 8, 2, 1, 64},   {3, 8, 8, 17, 64},  {2, 8, 4, 129, 128},
+                                       {1, 8, 1, 1000, 64}, {2, 16, 2, 300, 128}, {1, 4, 2, 33, 16}};
+  for (const auto dtype : kDtypes) {
+    for (const auto& c : configs) {
+      auto [cos, sin] = tt::reference::rope_tables(c.seq + 5, c.head_dim, 10000.0, 0, gpu().device());
+      auto qkv = torch::randn({c.batch, c.seq, c.q_heads + 2 * c.kv_heads, c.head_dim}, gpu()).to(dtype);
+      auto parts = qkv.split({c.q_heads, c.kv_heads, c.kv_heads}, 2);
+      Inputs in{parts[0].transpose(1, 2), parts[1].transpose(1, 2), parts[2].transpose(1, 2)};
+      const Attention ours = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+        return tt::ops::flash_attention_rope(q, k, v, cos, sin);
+      };
+      const Attention rope_then_attention = [&](const torch::Tensor& q, const torch::Tensor& k,
+                                                const torch::Tensor& v) {
+        auto c_rows = cos.narrow(0, 0, q.size(2));
+        auto s_rows = sin.narrow(0, 0, q.size(2));
+        auto q_rotated = tt::reference::apply_rope(q.transpose(1, 2), c_rows, s_rows).transpose(1, 2);
+        auto k_rotated = tt::reference::apply_rope(k.transpose(1, 2), c_rows, s_rows).transpose(1, 2);
+        return tt::reference::masked_attention(q_rotated, k_rotated, v);
+      };
+      check_attention(in, dtype, "rope in the load", ours, rope_then_attention);
+    }
+  }
+}
+
+// The first-generation kernel stays selectable (kernel_bench measures the step between the two): it must
+// still be right.
+TEST(FlashAttentionGpu, SharedMemoryTilesStillMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  torch::manual_seed(5);
+  const Attention tiled = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return tt::ops::flash_attention(q, k, v, tt::ops::FlashAttentionKernel::kSharedMemoryTiles);
+  };
+  for (const auto dtype : kDtypes)
+    for (const Config& c : {Config{3, 8, 2, 129, 64}, Config{1, 8, 4, 300, 128}})
+      check_attention(random_inputs(c, dtype), dtype, "shared-memory tiles", tiled);
 }
 
 TEST(FlashAttentionGpu, EmptyBatch) {
@@ -228,6 +284,12 @@ TEST(FlashAttentionGpu, RejectsBadInputs) {
         tt::ops::flash_attention(q, kv3, kv3);
       },
       "number of query heads (8) must be a multiple of key/value heads (3)");
+  auto [cos, sin] = tt::reference::rope_tables(5, 64, 10000.0, 0, gpu().device());
+  expect_error([&] { tt::ops::flash_attention_rope(q, kv, kv, cos.narrow(0, 0, 4), sin); },
+               "cos must be a [seq, head_dim / 2] = [5, 32] table, got [4, 32]");
+  expect_error([&] { tt::ops::flash_attention_rope(q, kv, kv, cos, sin.to(torch::kFloat64)); },
+               "sin must be Float, got Double");
+  expect_error([&] { tt::ops::flash_attention_rope(q, kv, kv, cos.cpu(), sin); }, "cos is on cpu but q is on cuda");
 }
 
 }  // namespace

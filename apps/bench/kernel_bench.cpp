@@ -18,6 +18,8 @@
 #include "apps/train/device.h"
 #include "apps/train/format.h"
 #include "kernels/ops/adamw.h"
+#include "kernels/ops/flash_attention.h"
+#include "kernels/ops/rope.h"
 #include "models/reference.h"
 #include "models/stage.h"
 #include "models/transformer.h"
@@ -253,6 +255,48 @@ std::vector<Case> attention_cases(const BenchShape& shape, torch::ScalarType dty
                      flops);
 }
 
+// RoPE and attention from the fused QKV projection's output, as v4 needs them: RoPE inside our attention's load
+// against a RoPE pass (tt::ops::rope_qkv) before our attention or before SDPA (cuDNN in bf16). The rule by which
+// v4 picks one of them per shape is read off these rows.
+std::vector<Case> attention_rope_cases(const BenchShape& shape, torch::ScalarType dtype, c10::Device device) {
+  const int64_t es = element_size(dtype), head_dim = shape.head_dim();
+  auto options = torch::TensorOptions().device(device);
+  auto qkv = torch::randn({shape.batch, shape.seq, shape.heads + 2 * shape.kv_heads, head_dim}, options).to(dtype);
+  auto [cos, sin] = reference::rope_tables(shape.seq, head_dim, 10000.0, 0, device);
+  auto qkv_g = leaf(qkv);
+  const int64_t heads = shape.heads, kv_heads = shape.kv_heads;
+  using Attend = torch::Tensor (*)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&);
+  // Attention over a rotated q, k: rope_qkv first, then `attend` on [B, H, S, D] views.
+  auto after_rope_qkv = [=](const torch::Tensor& x, Attend attend) {
+    auto r = ops::rope_qkv(x, heads, kv_heads, cos, sin);
+    return attend(r.q.transpose(1, 2), r.k.transpose(1, 2), r.v.transpose(1, 2));
+  };
+  auto in_the_load = [=](const torch::Tensor& x) {
+    auto parts = x.split({heads, kv_heads, kv_heads}, 2);
+    return ops::flash_attention_rope(parts[0].transpose(1, 2), parts[1].transpose(1, 2), parts[2].transpose(1, 2), cos,
+                                     sin);
+  };
+  const Attend ours = ops::flash_attention;
+  const Attend sdpa = implementation(AttentionKind::kSdpa).fn;
+  const int64_t q_elements = shape.batch * heads * shape.seq * head_dim;
+  const int64_t forward_bytes = (qkv.numel() + q_elements) * es;
+  const double flops = 2.0 * static_cast<double>(shape.batch * heads) * static_cast<double>(shape.seq) *
+                       static_cast<double>(shape.seq) * static_cast<double>(head_dim);
+  auto grad = torch::randn({shape.batch, heads, shape.seq, head_dim}, options).to(dtype);
+  const std::vector<std::pair<std::string, std::function<torch::Tensor(const torch::Tensor&)>>> entries = {
+      {"tt::ops::flash_attention_rope (RoPE in the load)", in_the_load},
+      {"tt::ops::rope_qkv + tt::ops::flash_attention", [=](const torch::Tensor& x) { return after_rope_qkv(x, ours); }},
+      {"tt::ops::rope_qkv + at::scaled_dot_product_attention",
+       [=](const torch::Tensor& x) { return after_rope_qkv(x, sdpa); }},
+  };
+  Case forward{"forward", forward_bytes, {}, flops}, both{"forward+backward", 3 * forward_bytes, {}, 3.5 * flops};
+  for (const auto& [name, fn] : entries) {
+    forward.implementations.push_back({name, [=] { fn(qkv); }});
+    both.implementations.push_back({name, [=] { forward_backward({fn(qkv_g)}, {qkv_g}, {grad}); }});
+  }
+  return {forward, both};
+}
+
 std::vector<Case> activation_cases(const BenchShape& shape, torch::ScalarType dtype, c10::Device device) {
   const int64_t rows = shape.tokens(), ffn = shape.ffn, es = element_size(dtype);
   auto options = torch::TensorOptions().device(device);
@@ -369,14 +413,16 @@ using CaseBuilder = std::vector<Case> (*)(const BenchShape&, torch::ScalarType, 
 const std::vector<std::pair<std::string, CaseBuilder>>& builders() {
   static const std::vector<std::pair<std::string, CaseBuilder>> list = {
       {"rms_norm", norm_cases},      {"rope", rope_cases},         {"rope_qkv", rope_qkv_cases},
-      {"attention", attention_cases},
+      {"attention", attention_cases}, {"attention_rope", attention_rope_cases},
       {"swiglu", activation_cases},  {"cross_entropy", loss_cases}, {"sdpa_gqa", sdpa_gqa_cases},
       {"adamw", adamw_cases},
   };
   return list;
 }
 
-torch::ScalarType dtype_of(const std::string& name) { return name == "bf16" ? torch::kBFloat16 : torch::kFloat32; }
+torch::ScalarType dtype_of(const std::string& name) {
+  return name == "bf16" ? torch::kBFloat16 : name == "fp16" ? torch::kFloat16 : torch::kFloat32;
+}
 
 bool selected(const std::vector<std::string>& list, const std::string& item) {
   return std::find(list.begin(), list.end(), item) != list.end();
@@ -415,7 +461,7 @@ const std::vector<std::string>& families() {
 }
 
 const std::vector<std::string>& dtypes() {
-  static const std::vector<std::string> list = {"fp32", "bf16"};
+  static const std::vector<std::string> list = {"fp32", "bf16", "fp16"};
   return list;
 }
 

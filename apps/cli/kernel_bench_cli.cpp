@@ -53,8 +53,8 @@ int kernel_bench_main(const std::vector<std::string>& args, std::ostream& out, s
                      cxxopts::value<std::string>()->default_value(join(bench::families())))(
       "shapes", "Comma-separated shapes: " + join(shape_names()) + " (the last three are long sequences for attention)",
       cxxopts::value<std::string>()->default_value("workshop, medium"))(
-      "dtypes", "Comma-separated activation dtypes: " + join(bench::dtypes()),
-      cxxopts::value<std::string>()->default_value(join(bench::dtypes())))(
+      "dtypes", "Comma-separated activation dtypes: " + join(bench::dtypes()) + " (the stages train in fp32 or bf16)",
+      cxxopts::value<std::string>()->default_value("fp32,bf16"))(
       "warmup", "Untimed runs before each measurement",
       cxxopts::value<int64_t>()->default_value(std::to_string(defaults.warmup)))(
       "repeats", "Timed runs per measurement", cxxopts::value<int64_t>()->default_value(std::to_string(defaults.repeats)))(

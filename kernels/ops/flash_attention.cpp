@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "kernels/ops/common.h"
+#include "kernels/ops/rope.h"
 #ifdef TT_HAVE_GPU_KERNELS
 #include "kernels/flash_attention.cuh"
 #endif
@@ -149,9 +150,19 @@ torch::Tensor empty_bshd_as(const torch::Tensor& like) {
   return torch::empty({like.size(0), like.size(2), like.size(1), like.size(3)}, like.options()).transpose(1, 2);
 }
 
-// q, k, v: kernel_ready. Returns the output and the fp32 log-sum-exp [B, Hq, S].
+// The kernel generation that runs a call: the register tiles by default where they exist for the dtype.
+kernels::FlashKernel kernel_for(torch::ScalarType dtype, FlashAttentionKernel choice) {
+  return choice == FlashAttentionKernel::kSharedMemoryTiles ? kernels::FlashKernel::kSharedMemoryTiles
+                                                            : kernels::default_flash_kernel(detail::kernel_dtype(dtype));
+}
+
+const float* data_or_null(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+
+// q, k, v: kernel_ready; cos, sin: checked RoPE tables, or undefined for none. Returns the output and the fp32
+// log-sum-exp [B, Hq, S].
 std::pair<torch::Tensor, torch::Tensor> forward_gpu(const torch::Tensor& q, const torch::Tensor& k,
-                                                    const torch::Tensor& v) {
+                                                    const torch::Tensor& v, kernels::FlashKernel kernel,
+                                                    const torch::Tensor& cos, const torch::Tensor& sin) {
   c10::DeviceGuard guard(q.device());
   auto out = empty_bshd_as(q);
   auto lse = torch::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(torch::kFloat32));
@@ -170,9 +181,11 @@ std::pair<torch::Tensor, torch::Tensor> forward_gpu(const torch::Tensor& q, cons
   params.kv_heads = k.size(1);
   params.seq = q.size(2);
   params.head_dim = q.size(3);
+  params.rope_cos = data_or_null(cos);
+  params.rope_sin = data_or_null(sin);
   detail::check_launch("flash_attention",
                        kernels::flash_attention_forward(params, detail::kernel_dtype(q.scalar_type()),
-                                                        detail::current_stream(q)),
+                                                        detail::current_stream(q), kernel),
                        "flash_attention_forward");
   return {out, lse};
 }
@@ -180,7 +193,10 @@ std::pair<torch::Tensor, torch::Tensor> forward_gpu(const torch::Tensor& q, cons
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward_gpu(const torch::Tensor& grad_out,
                                                                      const torch::Tensor& q, const torch::Tensor& k,
                                                                      const torch::Tensor& v, const torch::Tensor& out,
-                                                                     const torch::Tensor& lse) {
+                                                                     const torch::Tensor& lse,
+                                                                     kernels::FlashKernel kernel,
+                                                                     const torch::Tensor& cos,
+                                                                     const torch::Tensor& sin) {
   c10::DeviceGuard guard(q.device());
   // Gradients may arrive in another layout (an expanded scalar from .sum(), say) or dtype.
   auto grad = kernel_ready(grad_out.to(q.scalar_type()));
@@ -212,21 +228,23 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward_gpu(const torch
   params.kv_heads = k.size(1);
   params.seq = q.size(2);
   params.head_dim = q.size(3);
+  params.rope_cos = data_or_null(cos);
+  params.rope_sin = data_or_null(sin);
   detail::check_launch("flash_attention",
                        kernels::flash_attention_backward(params, detail::kernel_dtype(q.scalar_type()),
-                                                         detail::current_stream(q)),
+                                                         detail::current_stream(q), kernel),
                        "flash_attention_backward");
   return {grad_q, grad_k, grad_v};
 }
 #endif
 
-}  // namespace
-
 // Saves q, k, v (as the kernels read them), the output and the log-sum-exp; the backward recomputes the
-// probabilities from those instead of keeping the S x S matrix.
+// probabilities from those instead of keeping the S x S matrix. `kernel` is a FlashAttentionKernel; cos and
+// sin are RoPE tables applied inside the kernels (GPU register tiles only), or undefined.
 struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v) {
+                               const torch::Tensor& v, int64_t kernel, const torch::Tensor& cos,
+                               const torch::Tensor& sin) {
     check_inputs(q, k, v);
     torch::Tensor q_saved = q;
     torch::Tensor k_saved = k;
@@ -240,10 +258,12 @@ struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction
       q_saved = kernel_ready(q);
       k_saved = kernel_ready(k);
       v_saved = kernel_ready(v);
-      std::tie(out, lse) = forward_gpu(q_saved, k_saved, v_saved);
+      const auto generation = kernel_for(q.scalar_type(), static_cast<FlashAttentionKernel>(kernel));
+      std::tie(out, lse) = forward_gpu(q_saved, k_saved, v_saved, generation, cos, sin);
 #endif
     }
-    ctx->save_for_backward({q_saved, k_saved, v_saved, out, lse});
+    ctx->saved_data["kernel"] = kernel;
+    ctx->save_for_backward({q_saved, k_saved, v_saved, out, lse, cos, sin});
     return out;
   }
 
@@ -257,15 +277,55 @@ struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction
       std::tie(grad_q, grad_k, grad_v) = backward_aten(grad_outputs[0], q, saved[1], saved[2], saved[3], saved[4]);
     } else {
 #ifdef TT_HAVE_GPU_KERNELS
-      std::tie(grad_q, grad_k, grad_v) = backward_gpu(grad_outputs[0], q, saved[1], saved[2], saved[3], saved[4]);
+      const auto choice = static_cast<FlashAttentionKernel>(ctx->saved_data["kernel"].toInt());
+      std::tie(grad_q, grad_k, grad_v) = backward_gpu(grad_outputs[0], q, saved[1], saved[2], saved[3], saved[4],
+                                                      kernel_for(q.scalar_type(), choice), saved[5], saved[6]);
 #endif
     }
-    return {grad_q, grad_k, grad_v};
+    return {grad_q, grad_k, grad_v, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
+// The kernels read the tables as fp32 [>= seq, head_dim / 2] rows, contiguous, on q's device.
+void check_rope_tables(const torch::Tensor& q, const torch::Tensor& cos, const torch::Tensor& sin) {
+  for (const auto& [name, t] : {std::pair<const char*, const torch::Tensor&>{"cos", cos}, {"sin", sin}}) {
+    TORCH_CHECK(t.defined() && t.dim() == 2 && t.size(0) >= q.size(2) && t.size(1) == q.size(3) / 2,
+                "tt::ops::flash_attention_rope: ", name, " must be a [seq, head_dim / 2] = [", q.size(2), ", ",
+                q.size(3) / 2, "] table, got ", t.defined() ? t.sizes() : at::IntArrayRef{});
+    TORCH_CHECK(t.scalar_type() == torch::kFloat32, "tt::ops::flash_attention_rope: ", name, " must be Float, got ",
+                t.scalar_type());
+    TORCH_CHECK(t.device() == q.device(), "tt::ops::flash_attention_rope: ", name, " is on ", t.device(),
+                " but q is on ", q.device());
+  }
+}
+
+}  // namespace
+
+torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              FlashAttentionKernel kernel) {
+  return FlashAttentionFunction::apply(q, k, v, static_cast<int64_t>(kernel), torch::Tensor(), torch::Tensor());
+}
+
 torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  return FlashAttentionFunction::apply(q, k, v);
+  return flash_attention(q, k, v, FlashAttentionKernel::kDefault);
+}
+
+torch::Tensor flash_attention_rope(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   const torch::Tensor& cos, const torch::Tensor& sin) {
+  check_inputs(q, k, v);
+  check_rope_tables(q, cos, sin);
+#ifdef TT_HAVE_GPU_KERNELS
+  if (!q.is_cpu() &&
+      kernel_for(q.scalar_type(), FlashAttentionKernel::kDefault) == kernels::FlashKernel::kRegisterTiles) {
+    const auto rows = q.size(2);
+    return FlashAttentionFunction::apply(q, k, v, static_cast<int64_t>(FlashAttentionKernel::kDefault),
+                                         cos.narrow(0, 0, rows).contiguous(), sin.narrow(0, 0, rows).contiguous());
+  }
+#endif
+  // tt::ops::rope works on [B, S, H, D]; q and k are [B, H, S, D] views of that layout or not, either works.
+  const auto rows = q.size(2);
+  auto [q_rotated, k_rotated] = rope(q.transpose(1, 2), k.transpose(1, 2), cos.narrow(0, 0, rows), sin.narrow(0, 0, rows));
+  return flash_attention(q_rotated.transpose(1, 2), k_rotated.transpose(1, 2), v);
 }
 
 }  // namespace tt::ops

@@ -10,11 +10,26 @@ namespace tt::ops {
 // Returns [B, Hq, S, D] in q's dtype; differentiable in q, k and v.
 //
 // GPU (fp32, bf16 or fp16; head_dim 16, 32, 64 or 128): the flash attention kernels, O(S) memory, bitwise
-// reproducible gradients. q, k and v may be strided views (of a fused QKV projection, say) as long as the head
+// reproducible gradients: register tiles (mma.sync) for bf16/fp16 on NVIDIA, shared-memory tiles for fp32 and
+// on AMD. q, k and v may be strided views (of a fused QKV projection, say) as long as the head
 // dim is contiguous. The result is a transposed view of a contiguous [B, S, Hq, D] tensor, so merging the
 // heads afterwards (transpose(1, 2).reshape(B, S, Hq * D)) costs no copy.
 // CPU (any floating dtype): the ATen formulation of the same forward and backward, computed in fp32 (fp64
 // for fp64 inputs), with the S x S scores materialised.
 torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
+// The same attention of RoPE-rotated q and k: q and k are rotated (consecutive pairs of the head dim, by the
+// fp32 [S, D/2] cos/sin tables, as tt::ops::rope does) and then attended; gradients are those of the
+// unrotated q and k. Where the register-tile kernels run (bf16/fp16 on NVIDIA) the rotation happens inside
+// them, as q and k tiles are loaded: no rotated copy is written, and q, k can be views of a fused QKV
+// projection's output. Elsewhere it is tt::ops::rope followed by flash_attention.
+torch::Tensor flash_attention_rope(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   const torch::Tensor& cos, const torch::Tensor& sin);
+
+// Which kernel generation runs (kernels/flash_attention.cuh): the default picks the register tiles where they
+// exist. The shared-memory tiles stay selectable for kernel_bench, which measures the step between them.
+enum class FlashAttentionKernel { kDefault, kSharedMemoryTiles };
+torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              FlashAttentionKernel kernel);
 
 }  // namespace tt::ops
