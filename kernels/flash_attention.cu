@@ -134,21 +134,38 @@ __device__ void load_stats_async(float* dst, const float* src, int row0, int seq
 }
 
 // RoPE on rows [0, kRows) of a shared tile, row r at position pos0 + r (rows past seq are zeros and stay
-// so). Block-collective; the caller puts barriers around it.
+// so). Block-collective; the caller puts barriers around it. Each thread rotates 4 consecutive pairs per item
+// (16 bytes of the tile, 16 bytes of each table), and the items' loads are unrolled so that they are all in
+// flight together: the tables come from L2, and a loop that waited for each in turn cost more than the tile's
+// products.
 template <int kRows, int kD, int kThreads, typename T>
 __device__ void rotate_rows(T* tile, int pos0, int seq, const float* cos, const float* sin) {
-  constexpr int kPairs = kD / 2;
-  for (int i = threadIdx.x; i < kRows * kPairs; i += kThreads) {
-    const int r = i / kPairs;
-    const int pair = i % kPairs;
+  constexpr int kPairsPerItem = 4;
+  constexpr int kItemsPerRow = kD / 2 / kPairsPerItem;
+  constexpr int kItems = kRows * kItemsPerRow;
+#pragma unroll
+  for (int it = 0; it < (kItems + kThreads - 1) / kThreads; ++it) {
+    const int item = static_cast<int>(threadIdx.x) + it * kThreads;
+    if (kItems % kThreads != 0 && item >= kItems) break;
+    const int r = item / kItemsPerRow;
+    const int pair = item % kItemsPerRow * kPairsPerItem;
     if (pos0 + r >= seq) continue;
-    uint32_t* x = reinterpret_cast<uint32_t*>(tile + r * kPitch<kD> + 2 * pair);
-    const int64_t at = static_cast<int64_t>(pos0 + r) * kPairs + pair;
-    const float c = cos[at];
-    const float s = sin[at];
-    float x0, x1;
-    unpack_pair<T>(*x, x0, x1);
-    *x = pack_pair<T>(x0 * c - x1 * s, x0 * s + x1 * c);  // tt::ops::rope's arithmetic, so the same rounding
+    const int64_t at = static_cast<int64_t>(pos0 + r) * (kD / 2) + pair;
+    const float4 c = *reinterpret_cast<const float4*>(cos + at);
+    const float4 s = *reinterpret_cast<const float4*>(sin + at);
+    uint4* x = reinterpret_cast<uint4*>(tile + r * kPitch<kD> + 2 * pair);
+    uint4 v = *x;
+    uint32_t* words = reinterpret_cast<uint32_t*>(&v);
+    const float cs[4] = {c.x, c.y, c.z, c.w};
+    const float sn[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+    for (int p = 0; p < kPairsPerItem; ++p) {
+      float x0, x1;
+      unpack_pair<T>(words[p], x0, x1);
+      // tt::ops::rope's arithmetic, so the same rounding.
+      words[p] = pack_pair<T>(x0 * cs[p] - x1 * sn[p], x0 * sn[p] + x1 * cs[p]);
+    }
+    *x = v;
   }
 }
 

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <tuple>
 
 #include "kernels/ops/common.h"
@@ -243,8 +244,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward_gpu(const torch
 // sin are RoPE tables applied inside the kernels (GPU register tiles only), or undefined.
 struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, int64_t kernel, const torch::Tensor& cos,
-                               const torch::Tensor& sin) {
+                               const torch::Tensor& v, int64_t kernel, const std::optional<torch::Tensor>& cos,
+                               const std::optional<torch::Tensor>& sin) {
     check_inputs(q, k, v);
     torch::Tensor q_saved = q;
     torch::Tensor k_saved = k;
@@ -259,11 +260,13 @@ struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction
       k_saved = kernel_ready(k);
       v_saved = kernel_ready(v);
       const auto generation = kernel_for(q.scalar_type(), static_cast<FlashAttentionKernel>(kernel));
-      std::tie(out, lse) = forward_gpu(q_saved, k_saved, v_saved, generation, cos, sin);
+      std::tie(out, lse) = forward_gpu(q_saved, k_saved, v_saved, generation, cos.value_or(torch::Tensor()),
+                                       sin.value_or(torch::Tensor()));
 #endif
     }
     ctx->saved_data["kernel"] = kernel;
-    ctx->save_for_backward({q_saved, k_saved, v_saved, out, lse, cos, sin});
+    ctx->save_for_backward(
+        {q_saved, k_saved, v_saved, out, lse, cos.value_or(torch::Tensor()), sin.value_or(torch::Tensor())});
     return out;
   }
 
@@ -303,7 +306,8 @@ void check_rope_tables(const torch::Tensor& q, const torch::Tensor& cos, const t
 
 torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                               FlashAttentionKernel kernel) {
-  return FlashAttentionFunction::apply(q, k, v, static_cast<int64_t>(kernel), torch::Tensor(), torch::Tensor());
+  return FlashAttentionFunction::apply(q, k, v, static_cast<int64_t>(kernel), std::optional<torch::Tensor>(),
+                                       std::optional<torch::Tensor>());
 }
 
 torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
@@ -317,9 +321,14 @@ torch::Tensor flash_attention_rope(const torch::Tensor& q, const torch::Tensor& 
 #ifdef TT_HAVE_GPU_KERNELS
   if (!q.is_cpu() &&
       kernel_for(q.scalar_type(), FlashAttentionKernel::kDefault) == kernels::FlashKernel::kRegisterTiles) {
-    const auto rows = q.size(2);
-    return FlashAttentionFunction::apply(q, k, v, static_cast<int64_t>(FlashAttentionKernel::kDefault),
-                                         cos.narrow(0, 0, rows).contiguous(), sin.narrow(0, 0, rows).contiguous());
+    // The kernels read 4 table entries (16 bytes) at a time.
+    const auto table = [&](const torch::Tensor& t) {
+      auto rows = t.narrow(0, 0, q.size(2)).contiguous();
+      return std::optional<torch::Tensor>(reinterpret_cast<std::uintptr_t>(rows.data_ptr()) % 16 == 0 ? rows
+                                                                                                        : rows.clone());
+    };
+    return FlashAttentionFunction::apply(q, k, v, static_cast<int64_t>(FlashAttentionKernel::kDefault), table(cos),
+                                         table(sin));
   }
 #endif
   // tt::ops::rope works on [B, S, H, D]; q and k are [B, H, S, D] views of that layout or not, either works.
