@@ -11,23 +11,24 @@
 //                 folded into the scale; the row sum is kept per lane and reduced once at the end;
 //   O += P V      P rounded to T is already the A operand (C and A fragments share their lanes), and V's B
 //                 fragments come through ldmatrix.trans: the probabilities never touch shared memory.
-// K and V have one shared buffer each, filled by cp.async so that V_j streams in while S_j is computed and
-// K_{j+1} while P_j V_j is: two block barriers per tile, no waiting on global memory once the pipe is full.
-// Only the tiles that cross the diagonal (or the end of the sequence) pay for the mask.
+// K and V tiles stream through two shared-memory stages filled by cp.async: tile j + 1 is in flight while
+// tile j is computed, one block barrier per tile. Only the tiles that cross the diagonal (or the end of the
+// sequence) pay for the mask.
 //
-// Backward (delta = rowsum(dO * O) first, by its own small kernel), FlashAttention-2's two-kernel scheme,
-// so that nothing is summed by atomics and every gradient is bitwise reproducible:
+// Backward, FlashAttention-2's two-kernel scheme, so that nothing is summed by atomics and every gradient is
+// bitwise reproducible (delta = rowsum(dO * O) is computed by the first kernel, not by a pre-pass of its own):
 //  * dK, dV: a block owns 16 kWarps keys of one key/value head, 16 per warp, and loops over the group's
 //    query heads and their query tiles in a fixed order (double-buffered by cp.async). Each warp computes
 //    S^T = K Q^T and dP^T = V dO^T with keys as rows, so P^T and dS^T = P^T * (dP^T - delta) are in
 //    registers as the A operands of dV += P^T dO and dK += dS^T Q;
-//  * dQ: a block owns 16 kWarps queries and loops over the key tiles up to the diagonal: S = Q K^T,
-//    dP = dO V^T, dS = P * (dP - delta) in registers, dQ += dS K.
+//  * dQ (launched first; it writes delta): a block owns 16 kWarps queries and loops over the key tiles up to
+//    the diagonal: S = Q K^T, dP = dO V^T, dS = P * (dP - delta) in registers, dQ += dS K.
 //
-// RoPE in the load: tiles of q and k are rotated in shared memory right after they arrive (pairs (x0, x1)
-// of position s by (cos, sin)[s], rounded to T: the same values tt::ops::rope writes), and the backward
-// rotates dQ and dK back by the opposite angle before writing them, so callers pass the unrotated q and k
-// (views of the fused QKV projection) and get their gradients.
+// RoPE in the load: the forward rotates its q tile and each key tile in shared memory right after they arrive
+// (pairs (x0, x1) of position s by (cos, sin)[s], rounded to T: the values tt::ops::rope writes; the key tile's
+// table rows come through the same cp.async stages), and writes the rotated q and k once (each block its own
+// positions). The backward reads those and rotates dQ and dK back by the opposite angle before writing them, so
+// callers pass the unrotated q and k (views of the fused QKV projection) and get their gradients.
 #include "flash_attention.cuh"
 
 namespace tt::kernels {
@@ -133,11 +134,24 @@ __device__ void load_stats_async(float* dst, const float* src, int row0, int seq
   }
 }
 
+// Starts copying rows [row0, row0 + kRows) of a RoPE table (kD / 2 floats per row) into shared memory; rows
+// past seq become zeros.
+template <int kRows, int kD, int kThreads>
+__device__ void load_table_rows_async(float* dst, const float* table, int row0, int seq) {
+  constexpr int kChunks = kD / 2 / 4;  // 16-byte chunks per row
+  for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
+    const int r = c / kChunks;
+    const int col = c % kChunks * 4;
+    const bool valid = row0 + r < seq;
+    cp_async_16(shared_address(dst + r * (kD / 2) + col), table + static_cast<int64_t>(valid ? row0 + r : 0) * (kD / 2) + col,
+                valid);
+  }
+}
+
 // RoPE on rows [0, kRows) of a shared tile, row r at position pos0 + r (rows past seq are zeros and stay
-// so). Block-collective; the caller puts barriers around it. Each thread rotates 4 consecutive pairs per item
-// (16 bytes of the tile, 16 bytes of each table), and the items' loads are unrolled so that they are all in
-// flight together: the tables come from L2, and a loop that waited for each in turn cost more than the tile's
-// products.
+// so), by the table rows cos[r], sin[r] (kD / 2 floats each, in global or shared memory). Block-collective; the
+// caller puts barriers around it. Each thread rotates 4 consecutive pairs per item (16 bytes of the tile and of
+// each table), the items unrolled so that their loads are in flight together.
 template <int kRows, int kD, int kThreads, typename T>
 __device__ void rotate_rows(T* tile, int pos0, int seq, const float* cos, const float* sin) {
   constexpr int kPairsPerItem = 4;
@@ -150,7 +164,7 @@ __device__ void rotate_rows(T* tile, int pos0, int seq, const float* cos, const 
     const int r = item / kItemsPerRow;
     const int pair = item % kItemsPerRow * kPairsPerItem;
     if (pos0 + r >= seq) continue;
-    const int64_t at = static_cast<int64_t>(pos0 + r) * (kD / 2) + pair;
+    const int at = r * (kD / 2) + pair;
     const float4 c = *reinterpret_cast<const float4*>(cos + at);
     const float4 s = *reinterpret_cast<const float4*>(sin + at);
     uint4* x = reinterpret_cast<uint4*>(tile + r * kPitch<kD> + 2 * pair);
@@ -300,27 +314,38 @@ __device__ void store_rows(T* dst, int64_t stride, int row0, int seq, const T* s
 // Forward
 // =================================================================================================
 
-template <int kD, int kWarps>
+template <int kD, int kWarps, bool kRope>
 struct ForwardShape {
   static constexpr int kThreads = kWarps * kMmaLanes;
   static constexpr int kBlockM = 16 * kWarps;  // queries per block
   static constexpr int kBlockN = 64;           // keys per tile
-  static constexpr int kQ = 0;                 // byte offsets in shared memory
-  static constexpr int kK = kQ + tile_bytes<kD>(kBlockM);
-  static constexpr int kV = kK + tile_bytes<kD>(kBlockN);
-  static constexpr int kBytes = kV + tile_bytes<kD>(kBlockN);
+  static constexpr int kTableBytes = kRope ? kBlockN * kD / 2 * 4 : 0;  // a key tile's cos (or sin) rows
+  static constexpr int kQ = 0;                                         // byte offsets in shared memory
+  static constexpr int kStage = kQ + tile_bytes<kD>(kBlockM);          // two stages of {K, V, cos, sin}
+  static constexpr int kStageK = 0;
+  static constexpr int kStageV = kStageK + tile_bytes<kD>(kBlockN);
+  static constexpr int kStageCos = kStageV + tile_bytes<kD>(kBlockN);
+  static constexpr int kStageSin = kStageCos + kTableBytes;
+  static constexpr int kStageBytes = kStageSin + kTableBytes;
+  static constexpr int kBytes = kStage + 2 * kStageBytes;
 };
 
+// Key tiles stream through two stages: tile j + 1 (K, V and, with RoPE, its table rows) is copied while tile j
+// is computed, so a whole tile of products covers each copy, and one block barrier per tile suffices.
+// With RoPE, the rotated q and k are written out as well (the backward reads them instead of rotating again):
+// each block writes its own query rows, and the key rows at the same positions, which it is the only block of
+// its head to load at or past its first query (one query head per group writes them).
+// Up to head dim 64 the kernel fits 128 registers, so two blocks of 8 warps share an SM (ncu, H100,
+// long-context bf16: 125 registers, 25% theoretical occupancy); the bound keeps a change from losing that.
 template <typename T, int kD, int kWarps, bool kRope>
-__global__ void __launch_bounds__(kWarps * kMmaLanes) flash_forward_kernel(FlashForwardParams p) {
-  using Shape = ForwardShape<kD, kWarps>;
+__global__ void __launch_bounds__(kWarps * kMmaLanes, kD <= 64 ? 2 : 1) flash_forward_kernel(FlashForwardParams p) {
+  using Shape = ForwardShape<kD, kWarps, kRope>;
   constexpr int kThreads = Shape::kThreads;
   constexpr int kBlockM = Shape::kBlockM;
   constexpr int kBlockN = Shape::kBlockN;
   extern __shared__ __align__(128) unsigned char smem[];
   T* q_tile = reinterpret_cast<T*>(smem + Shape::kQ);
-  T* k_tile = reinterpret_cast<T*>(smem + Shape::kK);
-  T* v_tile = reinterpret_cast<T*>(smem + Shape::kV);
+  auto stage = [&](int j) { return smem + Shape::kStage + (j % 2) * Shape::kStageBytes; };
 
   // Causal blocks do more work the later their queries: start those first, so the short ones fill the tail.
   const int q0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kBlockM;
@@ -335,8 +360,22 @@ __global__ void __launch_bounds__(kWarps * kMmaLanes) flash_forward_kernel(Flash
   const int warp_q0 = q0 + 16 * warp();  // this warp's first query
   const int tiles = (min(seq, q0 + kBlockM) + kBlockN - 1) / kBlockN;
 
+  // Starts the copies of key tile j into stage j % 2.
+  auto prefetch = [&](int j) {
+    unsigned char* st = stage(j);
+    load_rows_async<kBlockN, kD, kThreads>(reinterpret_cast<T*>(st + Shape::kStageK), k, p.k_strides.seq,
+                                           j * kBlockN, seq);
+    load_rows_async<kBlockN, kD, kThreads>(reinterpret_cast<T*>(st + Shape::kStageV), v, p.v_strides.seq,
+                                           j * kBlockN, seq);
+    if constexpr (kRope) {
+      load_table_rows_async<kBlockN, kD, kThreads>(reinterpret_cast<float*>(st + Shape::kStageCos), p.rope_cos,
+                                                   j * kBlockN, seq);
+      load_table_rows_async<kBlockN, kD, kThreads>(reinterpret_cast<float*>(st + Shape::kStageSin), p.rope_sin,
+                                                   j * kBlockN, seq);
+    }
+  };
   load_rows_async<kBlockM, kD, kThreads>(q_tile, q, p.q_strides.seq, q0, seq);
-  load_rows_async<kBlockN, kD, kThreads>(k_tile, k, p.k_strides.seq, 0, seq);
+  prefetch(0);
   cp_async_commit();
 
   uint32_t q_frag[kD / 16][4];
@@ -348,13 +387,25 @@ __global__ void __launch_bounds__(kWarps * kMmaLanes) flash_forward_kernel(Flash
   for (int tile = 0; tile < tiles; ++tile) {
     const int k0 = tile * kBlockN;
     cp_async_wait<0>();
-    __syncthreads();  // K_tile has arrived, and every warp is done with V_{tile-1}: refill its buffer
-    load_rows_async<kBlockN, kD, kThreads>(v_tile, v, p.v_strides.seq, k0, seq);
+    __syncthreads();  // tile `tile` has arrived, and every warp is done with the previous one: refill its stage
+    if (tile + 1 < tiles) prefetch(tile + 1);
     cp_async_commit();
+    T* k_tile = reinterpret_cast<T*>(stage(tile) + Shape::kStageK);
+    T* v_tile = reinterpret_cast<T*>(stage(tile) + Shape::kStageV);
     if constexpr (kRope) {
-      if (tile == 0) rotate_rows<kBlockM, kD, kThreads>(q_tile, q0, seq, p.rope_cos, p.rope_sin);
-      rotate_rows<kBlockN, kD, kThreads>(k_tile, k0, seq, p.rope_cos, p.rope_sin);
+      const int64_t offset = static_cast<int64_t>(q0) * (kD / 2);
+      if (tile == 0) rotate_rows<kBlockM, kD, kThreads>(q_tile, q0, seq, p.rope_cos + offset, p.rope_sin + offset);
+      rotate_rows<kBlockN, kD, kThreads>(k_tile, k0, seq, reinterpret_cast<const float*>(stage(tile) + Shape::kStageCos),
+                                         reinterpret_cast<const float*>(stage(tile) + Shape::kStageSin));
       __syncthreads();
+      if (tile == 0) {
+        store_rows<kBlockM, kD, kThreads>(head_ptr<T>(p.q_rotated, p.q_rotated_strides, batch, head),
+                                          p.q_rotated_strides.seq, q0, seq, q_tile);
+      }
+      if (k0 >= q0 && head % (p.q_heads / p.kv_heads) == 0) {
+        store_rows<kBlockN, kD, kThreads>(head_ptr<T>(p.k_rotated, p.k_rotated_strides, batch, kv_head),
+                                          p.k_rotated_strides.seq, k0, seq, k_tile);
+      }
     }
     if (tile == 0) load_a_row<kD, kD>(q_frag, q_tile, 16 * warp());
 
@@ -400,11 +451,6 @@ __global__ void __launch_bounds__(kWarps * kMmaLanes) flash_forward_kernel(Flash
       }
     }
 
-    cp_async_wait<0>();
-    __syncthreads();  // V_tile has arrived, and every warp is done with K_tile: fetch the next one
-    if (tile + 1 < tiles) load_rows_async<kBlockN, kD, kThreads>(k_tile, k, p.k_strides.seq, k0 + kBlockN, seq);
-    cp_async_commit();
-
     uint32_t probs[kBlockN / 16][4];
     to_a_fragments<T, kBlockN>(probs, s);
     mma_ab<T, kD, kBlockN>(o, probs, v_tile, 0);
@@ -425,7 +471,8 @@ __global__ void __launch_bounds__(kWarps * kMmaLanes) flash_forward_kernel(Flash
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[n][e] *= inverse[e / 2];
 
-  // Each warp stages its own 16 rows over the Q tile, which no warp reads after tile 0.
+  // Each warp stages its own 16 rows over the Q tile, which no warp reads after tile 0 (and every warp has
+  // passed a barrier since).
   stage_rows<T, kD>(q_tile, 16 * warp(), o, 1.0f, 0, seq, nullptr, nullptr);
   __syncthreads();
   store_rows<kBlockM, kD, kThreads>(head_ptr<T>(p.out, p.out_strides, batch, head), p.out_strides.seq, q0, seq,
@@ -515,11 +562,6 @@ __global__ void __launch_bounds__(BackwardKvShape<kD>::kThreads) flash_backward_
     T* grad_out_tile = reinterpret_cast<T*>(stage(i) + Shape::kStageGradOut);
     const float* lse = reinterpret_cast<const float*>(stage(i) + Shape::kStageLse);
     const float* delta = reinterpret_cast<const float*>(stage(i) + Shape::kStageDelta);
-    if constexpr (kRope) {
-      if (i == 0) rotate_rows<kBlockN, kD, kThreads>(k_tile, k0, seq, p.rope_cos, p.rope_sin);
-      rotate_rows<kBlockM, kD, kThreads>(q_tile, q0, seq, p.rope_cos, p.rope_sin);
-      __syncthreads();
-    }
 
     // S^T = K Q^T and dP^T = V dO^T, keys as rows.
     float s[kBlockM / 8][4];
@@ -623,15 +665,38 @@ __global__ void __launch_bounds__(BackwardQShape<kD>::kThreads) flash_backward_q
   prefetch(0);
   cp_async_commit();
 
-  // This lane's two rows' statistics (rows past seq read as 0 and are masked below).
+  // delta = rowsum(dO * O) of the warp's 16 rows, two lanes per row, while the tiles are in flight; written
+  // out for the dK/dV kernel, which runs after this one (no pre-pass kernel of its own).
   const int64_t stats = (batch * p.q_heads + head) * p.seq;
+  float delta;
+  {
+    const int query = warp_q0 + lane() / 2;
+    const int col0 = lane() % 2 * (kD / 2);
+    float sum = 0.0f;
+    if (query < seq) {
+      const T* out = head_ptr<T>(p.out, p.out_strides, batch, head) + static_cast<int64_t>(query) * p.out_strides.seq;
+      const T* grad = head_ptr<T>(p.grad_out, p.grad_out_strides, batch, head) +
+                      static_cast<int64_t>(query) * p.grad_out_strides.seq;
+#pragma unroll
+      for (int col = col0; col < col0 + kD / 2; col += 8) {
+        const Pack<T, 8> o = load_pack<8>(out + col);
+        const Pack<T, 8> g = load_pack<8>(grad + col);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) sum += to_float(o.values[i]) * to_float(g.values[i]);
+      }
+    }
+    delta = sum + shfl_xor(sum, 1);
+    if (lane() % 2 == 0 && query < seq) p.delta[stats + query] = delta;
+  }
+
+  // This lane's two rows' statistics (rows past seq read as 0 and are masked below).
   float row_lse[2];
   float row_delta[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int query = warp_q0 + c_row(2 * half);
     row_lse[half] = query < seq ? p.lse[stats + query] * kLog2e : 0.0f;
-    row_delta[half] = query < seq ? p.delta[stats + query] : 0.0f;
+    row_delta[half] = shfl_from(delta, 2 * c_row(2 * half));
   }
 
   float grad_q[kD / 8][4];
@@ -643,11 +708,6 @@ __global__ void __launch_bounds__(BackwardQShape<kD>::kThreads) flash_backward_q
     __syncthreads();  // tile j has arrived, and every warp is done with tile j - 1's stage
     if (j + 1 < tiles) prefetch(j + 1);
     cp_async_commit();
-    if constexpr (kRope) {
-      if (j == 0) rotate_rows<kBlockM, kD, kThreads>(q_tile, q0, seq, p.rope_cos, p.rope_sin);
-      rotate_rows<kBlockN, kD, kThreads>(k_tile(j), k0, seq, p.rope_cos, p.rope_sin);
-      __syncthreads();
-    }
 
     float s[kBlockN / 8][4];
     float dp[kBlockN / 8][4];
@@ -723,7 +783,7 @@ template <typename T, int kD, bool kRope>
 LaunchStatus register_forward_for(const FlashForwardParams& p, gpuStream_t stream) {
   auto run = [&](auto warps) {
     constexpr int kWarps = decltype(warps)::value;
-    using Shape = ForwardShape<kD, kWarps>;
+    using Shape = ForwardShape<kD, kWarps, kRope>;
     const dim3 grid(blocks_for(p.seq, Shape::kBlockM), static_cast<unsigned>(p.q_heads),
                     static_cast<unsigned>(p.batch));
     auto* kernel = flash_forward_kernel<T, kD, kWarps, kRope>;
@@ -735,9 +795,15 @@ LaunchStatus register_forward_for(const FlashForwardParams& p, gpuStream_t strea
   return p.seq >= 1024 ? run(std::integral_constant<int, 8>{}) : run(std::integral_constant<int, 4>{});
 }
 
+// dQ first: its kernel also writes delta, which the dK/dV kernel reads.
 template <typename T, int kD, bool kRope>
 LaunchStatus register_backward_for(const FlashBackwardParams& p, gpuStream_t stream) {
-  LaunchStatus status = delta_for<T, kD>(p, stream);
+  using Q = BackwardQShape<kD>;
+  LaunchStatus status = allow_dynamic_shared_memory(flash_backward_q_kernel<T, kD, kRope>, Q::kBytes);
+  if (!status.ok()) return status;
+  const dim3 q_grid(blocks_for(p.seq, Q::kBlockM), static_cast<unsigned>(p.q_heads), static_cast<unsigned>(p.batch));
+  flash_backward_q_kernel<T, kD, kRope><<<q_grid, Q::kThreads, Q::kBytes, stream>>>(p);
+  status = last_launch_status();
   if (!status.ok()) return status;
 
   using Kv = BackwardKvShape<kD>;
@@ -745,14 +811,6 @@ LaunchStatus register_backward_for(const FlashBackwardParams& p, gpuStream_t str
   if (!status.ok()) return status;
   const dim3 kv_grid(blocks_for(p.seq, Kv::kBlockN), static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(p.batch));
   flash_backward_kv_kernel<T, kD, kRope><<<kv_grid, Kv::kThreads, Kv::kBytes, stream>>>(p);
-  status = last_launch_status();
-  if (!status.ok()) return status;
-
-  using Q = BackwardQShape<kD>;
-  status = allow_dynamic_shared_memory(flash_backward_q_kernel<T, kD, kRope>, Q::kBytes);
-  if (!status.ok()) return status;
-  const dim3 q_grid(blocks_for(p.seq, Q::kBlockM), static_cast<unsigned>(p.q_heads), static_cast<unsigned>(p.batch));
-  flash_backward_q_kernel<T, kD, kRope><<<q_grid, Q::kThreads, Q::kBytes, stream>>>(p);
   return last_launch_status();
 }
 

@@ -41,11 +41,16 @@ struct FlashForwardParams {
   int64_t kv_heads;  // divides q_heads
   int64_t seq;
   int64_t head_dim;  // 16, 32, 64 or 128
-  // RoPE on q and k as they are loaded (register tiles only): fp32 tables [>= seq, head_dim / 2], contiguous,
-  // rotating consecutive pairs (x0, x1) of position s by angle (cos, sin)[s] as tt::ops::rope does. nullptr:
-  // q and k are used as they are.
+  // RoPE on q and k as they are loaded (register tiles only): fp32 tables [>= seq, head_dim / 2], contiguous and
+  // 16-byte aligned, rotating consecutive pairs (x0, x1) of position s by angle (cos, sin)[s] as tt::ops::rope
+  // does. nullptr: q and k are used as they are.
   const float* rope_cos;
   const float* rope_sin;
+  // With RoPE: where the rotated q and k are written, shaped like q and k (the backward reads them).
+  void* q_rotated;
+  void* k_rotated;
+  FlashStrides q_rotated_strides;
+  FlashStrides k_rotated_strides;
 };
 
 struct FlashBackwardParams {
@@ -72,7 +77,9 @@ struct FlashBackwardParams {
   int64_t kv_heads;
   int64_t seq;
   int64_t head_dim;
-  const float* rope_cos;  // as in FlashForwardParams; grad_q and grad_k are then those of the unrotated q, k
+  // RoPE, as in FlashForwardParams: q and k are then the forward's q_rotated and k_rotated, and grad_q and
+  // grad_k are rotated back, to be those of the unrotated q and k.
+  const float* rope_cos;
   const float* rope_sin;
 };
 

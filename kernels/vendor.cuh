@@ -584,6 +584,9 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// The value `lane` of the warp holds.
+__device__ __forceinline__ float shfl_from(float value, int lane) { return __shfl_sync(0xffffffffu, value, lane); }
+
 // Reductions over the 4 lanes of a quad, which share the rows of a C fragment.
 __device__ __forceinline__ float quad_max(float value) {
   value = fmaxf(value, shfl_xor(value, 1));

@@ -159,12 +159,18 @@ kernels::FlashKernel kernel_for(torch::ScalarType dtype, FlashAttentionKernel ch
 
 const float* data_or_null(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
-// q, k, v: kernel_ready; cos, sin: checked RoPE tables, or undefined for none. Returns the output and the fp32
-// log-sum-exp [B, Hq, S].
-std::pair<torch::Tensor, torch::Tensor> forward_gpu(const torch::Tensor& q, const torch::Tensor& k,
-                                                    const torch::Tensor& v, kernels::FlashKernel kernel,
-                                                    const torch::Tensor& cos, const torch::Tensor& sin) {
+struct ForwardResult {
+  torch::Tensor out;
+  torch::Tensor lse;        // fp32 [B, Hq, S]: the log-sum-exp of each query's scaled scores
+  torch::Tensor q_rotated;  // with RoPE: the rotated q and k, which the backward reads
+  torch::Tensor k_rotated;
+};
+
+// q, k, v: kernel_ready; cos, sin: checked RoPE tables, or undefined for none.
+ForwardResult forward_gpu(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                          kernels::FlashKernel kernel, const torch::Tensor& cos, const torch::Tensor& sin) {
   c10::DeviceGuard guard(q.device());
+  ForwardResult result;
   auto out = empty_bshd_as(q);
   auto lse = torch::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(torch::kFloat32));
   kernels::FlashForwardParams params{};
@@ -184,11 +190,21 @@ std::pair<torch::Tensor, torch::Tensor> forward_gpu(const torch::Tensor& q, cons
   params.head_dim = q.size(3);
   params.rope_cos = data_or_null(cos);
   params.rope_sin = data_or_null(sin);
+  if (cos.defined()) {
+    result.q_rotated = empty_bshd_as(q);
+    result.k_rotated = empty_bshd_as(k);
+    params.q_rotated = result.q_rotated.data_ptr();
+    params.k_rotated = result.k_rotated.data_ptr();
+    params.q_rotated_strides = strides_of(result.q_rotated);
+    params.k_rotated_strides = strides_of(result.k_rotated);
+  }
   detail::check_launch("flash_attention",
                        kernels::flash_attention_forward(params, detail::kernel_dtype(q.scalar_type()),
                                                         detail::current_stream(q), kernel),
                        "flash_attention_forward");
-  return {out, lse};
+  result.out = out;
+  result.lse = lse;
+  return result;
 }
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward_gpu(const torch::Tensor& grad_out,
@@ -260,8 +276,14 @@ struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction
       k_saved = kernel_ready(k);
       v_saved = kernel_ready(v);
       const auto generation = kernel_for(q.scalar_type(), static_cast<FlashAttentionKernel>(kernel));
-      std::tie(out, lse) = forward_gpu(q_saved, k_saved, v_saved, generation, cos.value_or(torch::Tensor()),
-                                       sin.value_or(torch::Tensor()));
+      auto result = forward_gpu(q_saved, k_saved, v_saved, generation, cos.value_or(torch::Tensor()),
+                                sin.value_or(torch::Tensor()));
+      out = result.out;
+      lse = result.lse;
+      if (result.q_rotated.defined()) {  // the backward works on the rotated q and k, and rotates dq, dk back
+        q_saved = result.q_rotated;
+        k_saved = result.k_rotated;
+      }
 #endif
     }
     ctx->saved_data["kernel"] = kernel;
