@@ -71,9 +71,9 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, const StageSpec& spec)
       n_kv_heads_(c.n_kv_heads),
       head_dim_(c.head_dim()),
       kind_(spec.attention),
-      rope_in_attention_(spec.rope == RopeKind::kInOurAttention) {
-  TORCH_CHECK(!rope_in_attention_ || (spec.attention == AttentionKind::kOurFlash && spec.fused_qkv), "stage ",
-              spec.name, ": RoPE inside attention needs our flash attention and the fused QKV projection");
+      rope_kind_(spec.rope) {
+  TORCH_CHECK(spec.rope != RopeKind::kInOurAttention || spec.fused_qkv, "stage ", spec.name,
+              ": RoPE inside our attention needs the fused QKV projection");
   const int64_t kv_dim = c.n_kv_heads * c.head_dim();
   if (spec.fused_qkv) {
     qkv_proj = register_module("qkv_proj", Projection(c.hidden_dim, c.hidden_dim + 2 * kv_dim));
@@ -93,7 +93,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, Rotary& rotary, KVC
     // The catalog's fused-QKV form: split views (whose backward writes the three gradients into one
     // [q | k | v] tensor with one cat) or a kernel reading the projection's output itself.
     const auto qkv = qkv_proj->forward(x).view({batch, seq, n_heads_ + 2 * n_kv_heads_, head_dim_});
-    if (rope_in_attention_ && !cache) {
+    if (!cache && rope_in_our_attention(rope_kind_, seq)) {
       // q, k, v as unrotated [B, H, S, D] views of the projection: the kernel rotates q and k as it loads them.
       const auto [cos, sin] = rotary->tables(seq, start, qkv.device());
       const auto parts = qkv.split({n_heads_, n_kv_heads_, n_kv_heads_}, 2);

@@ -77,7 +77,7 @@ class AttentionImpl : public torch::nn::Module {
  private:
   int64_t n_heads_, n_kv_heads_, head_dim_;
   AttentionKind kind_;
-  bool rope_in_attention_;  // RopeKind::kInOurAttention
+  RopeKind rope_kind_;  // kInOurAttention: our attention with RoPE in its load, where its rule says so
 };
 TORCH_MODULE(Attention);
 

@@ -52,20 +52,22 @@ StageSpec v3_custom() {
 // v3 with the host out of the step: the whole step as one graph, our multi-tensor AdamW, and (bf16) the
 // weight copies written by the optimizer instead of autocast's casts. Each residual add runs inside the
 // RMSNorm kernel after it, which also writes the next GEMM's bf16 input: per layer that removes the two add
-// kernels and two casts of the forward, and the adds and casts of their gradients in the backward. RoPE has no
-// pass of its own: our flash attention rotates q and k as it loads them from the QKV projection's output, and
-// its backward rotates dq and dk back (kernel_bench attention_rope; README's attention page). The loss takes
-// large logits in chunks (fused_linear_loss), so they never exist whole.
+// kernels and two casts of the forward, and the adds and casts of their gradients in the backward. Up to
+// kRopeInAttentionMaxSeq positions RoPE has no pass of its own: our flash attention rotates q and k as it loads
+// them from the QKV projection's output, and its backward rotates dq and dk back. Beyond, cuDNN's attention
+// (through SDPA) after tt::ops::rope_qkv is faster than ours (kernel_bench attention_rope; the rule's comment in
+// stage.h). The loss takes large logits in chunks (fused_linear_loss), so they never exist whole.
 StageSpec v4_ultra() {
   StageSpec spec = v3_custom();
   spec.name = "v4_ultra";
   spec.summary =
       "v3 as one CUDA/HIP graph per step, with our multi-tensor AdamW writing bf16 weight copies, residual adds fused "
-      "into our RMSNorm kernel, RoPE inside our flash attention's load, and the loss in chunks of the logits";
+      "into our RMSNorm kernel, the loss in chunks of the logits, and up to 128 positions our flash attention with "
+      "RoPE in its load (beyond: tt::ops::rope_qkv, then SDPA)";
   spec.norm = NormKind::kOurFusedResidual;
   spec.rope = RopeKind::kInOurAttention;
   spec.loss = LossKind::kOurFusedLinear;
-  spec.attention = AttentionKind::kOurFlash;
+  spec.attention = AttentionKind::kSdpa;
   spec.optimizer = OptimizerKind::kOurAdamW;
   spec.compute_copies = true;
   spec.step = StepKind::kGraph;
@@ -186,6 +188,10 @@ ops::RotatedQkv split_then_rotate(const torch::Tensor& qkv, int64_t n_heads, int
 
 torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   return reference::masked_attention(q, k, v);
+}
+
+bool rope_in_our_attention(RopeKind rope, int64_t seq) {
+  return rope == RopeKind::kInOurAttention && seq <= kRopeInAttentionMaxSeq;
 }
 
 torch::Tensor flash_attention_shared_memory_tiles(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
@@ -310,8 +316,9 @@ const std::vector<RopeImplementation>& rope_implementations() {
         ops::rope},
        ops::rope_qkv},
       {{RopeKind::kInOurAttention, "in tt::ops::flash_attention_rope",
-        "no RoPE pass: our flash attention rotates q and k as it loads them, read from the fused QKV projection's "
-        "output (tt::ops::flash_attention_rope); tt::ops::rope_qkv when decoding with a KV cache",
+        "up to 128 positions no RoPE pass: our flash attention rotates q and k as it loads them from the fused QKV "
+        "projection's output (tt::ops::flash_attention_rope); beyond, and when decoding with a KV cache, "
+        "tt::ops::rope_qkv before the stage's attention",
         ops::rope},
        ops::rope_qkv},
   };

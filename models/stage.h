@@ -26,9 +26,10 @@ namespace tt {
 // kOurFusedResidual: our kernel with the residual add before the norm done inside it (tt::ops::add_rms_norm).
 enum class NormKind { kReference, kAtenFused, kOurKernel, kOurFusedResidual };
 // kOurKernelOnQkv: our kernel reading the fused QKV projection's output directly (tt::ops::rope_qkv).
-// kInOurAttention: no RoPE pass; our flash attention rotates q and k as it loads them
-// (tt::ops::flash_attention_rope), reading them unrotated from the fused QKV projection's output. Needs
-// AttentionKind::kOurFlash and the fused QKV projection; decoding with a KV cache rotates with tt::ops::rope_qkv.
+// kInOurAttention: up to kRopeInAttentionMaxSeq positions, no RoPE pass and no attention kind of the stage's:
+// our flash attention rotates q and k as it loads them (tt::ops::flash_attention_rope), reading them unrotated
+// from the fused QKV projection's output. Longer sequences, and decoding with a KV cache, rotate with
+// tt::ops::rope_qkv and run the stage's attention kind. Needs the fused QKV projection.
 enum class RopeKind { kReference, kCachedTables, kOurKernel, kOurKernelOnQkv, kInOurAttention };
 // kOurFlashSharedMemory: the first generation of our kernel, kept for kernel_bench's step-by-step table; no stage
 // uses it.
@@ -96,6 +97,15 @@ StageSpec with_pitfall(StageSpec spec, Pitfall kind);
 }  // namespace stages
 
 // ---- The catalog ----------------------------------------------------------------------------------------
+
+// RopeKind::kInOurAttention's rule, read off kernel_bench attention_rope (H100, bf16, forward and forward +
+// backward): RoPE in our kernel's load beats tt::ops::rope_qkv + SDPA (cuDNN) at 128 positions (workshop:
+// forward 12.6 against 14.1 us) and loses at 512 and beyond (medium, forward + backward 204 against about 145 us;
+// long-context 1,032 against 433 us); lengths in between were not measured.
+constexpr int64_t kRopeInAttentionMaxSeq = 128;
+
+// Whether a stage's attention over `seq` positions (no KV cache) is our kernel with RoPE in its load.
+bool rope_in_our_attention(RopeKind rope, int64_t seq);
 
 // The shapes an attention call sees in a run, for describing which backend it picks.
 struct AttentionShape {

@@ -31,7 +31,11 @@ nlohmann::json stage_details(const Trainer& trainer) {
   const auto& m = trainer.config().model;
   const auto& t = trainer.config().training;
   const AttentionShape shape{t.batch_size, t.seq_len, m.n_heads, m.n_kv_heads, m.head_dim()};
-  details.update(implementation(trainer.spec().attention).backend(shape, t.dtype, trainer.device()));
+  if (rope_in_our_attention(trainer.spec().rope, t.seq_len)) {
+    details["attention_kernel"] = "tt::ops::flash_attention_rope (RoPE in the load)";
+  } else {
+    details.update(implementation(trainer.spec().attention).backend(shape, t.dtype, trainer.device()));
+  }
   details["components"]["step"] = trainer.step_description();
   return details;
 }
