@@ -2,10 +2,11 @@
 // FlashAttention-2 (Dao, 2023). bf16/fp16 on NVIDIA sm_80+; the vocabulary (mma.sync fragments, ldmatrix,
 // cp.async) is the "Register fragments" section of vendor.cuh, which states which lane owns which value.
 //
-// Forward: a block of kWarps warps owns 16 kWarps queries, 16 per warp, and walks the key/value tiles up to
-// the diagonal. Per tile, each warp:
-//   S = Q K^T     in registers: Q's A fragments are loaded once, K's B fragments come from shared memory
-//                 through ldmatrix (16-byte rows, 16 bytes of padding per row: conflict-free);
+// Forward: a block of 4 warps owns 64 queries (16 per warp) or, at long sequences, 128 (32 per warp: two row
+// fragments that share every K and V fragment loaded), and walks the key/value tiles up to the diagonal. Per
+// tile, each warp:
+//   S = Q K^T     in registers: Q's A and K's B fragments come from shared memory through ldmatrix (16-byte
+//                 rows, 16 bytes of padding per row: conflict-free);
 //   online softmax in registers: each lane holds 2 rows x 2 columns per 8-key fragment, so a row's max and
 //                 sum are the lane's own values reduced over its quad (two shuffles); exp2 with log2(e)
 //                 folded into the scale; the row sum is kept per lane and reduced once at the end;
@@ -237,6 +238,49 @@ __device__ __forceinline__ void mma_ab(float (&acc)[kD / 8][4], const uint32_t (
   }
 }
 
+// acc[m] [16 x kN] += A_m [16 x kK] B^T for kM row fragments of a shared A tile (rows a_row0 + 16 m ..), B^T
+// [kN x kK] from rows b_row0.. of a shared tile: each B fragment, loaded once, serves all kM row fragments.
+template <typename T, int kD, int kK, int kN, int kM>
+__device__ __forceinline__ void mma_abt_rows(float (&acc)[kM][kN / 8][4], const T* a_tile, int a_row0,
+                                             const T* b_tile, int b_row0) {
+#pragma unroll
+  for (int k = 0; k < kK / 16; ++k) {
+    uint32_t a[kM][4];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) load_a<kD>(a[m], a_tile, a_row0 + 16 * m, 16 * k);
+#pragma unroll
+    for (int n = 0; n < kN / 16; ++n) {
+      uint32_t b[4];
+      load_b_transposed<kD>(b, b_tile, b_row0 + 16 * n, 16 * k);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        mma_16x8x16<T>(acc[m][2 * n], a[m], b[0], b[1]);
+        mma_16x8x16<T>(acc[m][2 * n + 1], a[m], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// acc[m] [16 x kD] += A_m [16 x kK] B for kM row fragments whose A operands are in registers, B [kK x kD] from
+// rows b_row0.. of a shared tile, each B fragment loaded once for all kM.
+template <typename T, int kD, int kK, int kM>
+__device__ __forceinline__ void mma_ab_rows(float (&acc)[kM][kD / 8][4], const uint32_t (&a)[kM][kK / 16][4],
+                                            const T* b_tile, int b_row0) {
+#pragma unroll
+  for (int k = 0; k < kK / 16; ++k) {
+#pragma unroll
+    for (int n = 0; n < kD / 16; ++n) {
+      uint32_t b[4];
+      load_b<kD>(b, b_tile, b_row0 + 16 * k, 16 * n);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        mma_16x8x16<T>(acc[m][2 * n], a[m][k], b[0], b[1]);
+        mma_16x8x16<T>(acc[m][2 * n + 1], a[m][k], b[2], b[3]);
+      }
+    }
+  }
+}
+
 // The A fragments of rows row0..row0+15, all kK columns, of a shared tile.
 template <int kD, int kK, typename T>
 __device__ __forceinline__ void load_a_row(uint32_t (&a)[kK / 16][4], const T* tile, int row0) {
@@ -314,11 +358,15 @@ __device__ void store_rows(T* dst, int64_t stride, int row0, int seq, const T* s
 // Forward
 // =================================================================================================
 
-template <int kD, int kWarps, bool kRope>
+// A block of kWarps warps owns kBlockM queries, each warp kFrags fragments of 16 rows. With two fragments per
+// warp every K and V fragment loaded from shared memory feeds twice the products (FlashAttention-2's layout:
+// 4 warps x 32 rows); the key tile then shrinks at head dim 128 so that O, S and P fit the registers.
+template <int kD, int kWarps, int kFrags, bool kRope>
 struct ForwardShape {
   static constexpr int kThreads = kWarps * kMmaLanes;
-  static constexpr int kBlockM = 16 * kWarps;  // queries per block
-  static constexpr int kBlockN = 64;           // keys per tile
+  static constexpr int kWarpRows = 16 * kFrags;
+  static constexpr int kBlockM = kWarpRows * kWarps;                  // queries per block
+  static constexpr int kBlockN = kD == 128 && kFrags == 2 ? 32 : 64;  // keys per tile
   static constexpr int kTableBytes = kRope ? kBlockN * kD / 2 * 4 : 0;  // a key tile's cos (or sin) rows
   static constexpr int kQ = 0;                                         // byte offsets in shared memory
   static constexpr int kStage = kQ + tile_bytes<kD>(kBlockM);          // two stages of {K, V, cos, sin}
@@ -335,11 +383,9 @@ struct ForwardShape {
 // With RoPE, the rotated q and k are written out as well (the backward reads them instead of rotating again):
 // each block writes its own query rows, and the key rows at the same positions, which it is the only block of
 // its head to load at or past its first query (one query head per group writes them).
-// Up to head dim 64 the kernel fits 128 registers, so two blocks of 8 warps share an SM (ncu, H100,
-// long-context bf16: 125 registers, 25% theoretical occupancy); the bound keeps a change from losing that.
-template <typename T, int kD, int kWarps, bool kRope>
-__global__ void __launch_bounds__(kWarps * kMmaLanes, kD <= 64 ? 2 : 1) flash_forward_kernel(FlashForwardParams p) {
-  using Shape = ForwardShape<kD, kWarps, kRope>;
+template <typename T, int kD, int kWarps, int kFrags, bool kRope>
+__global__ void __launch_bounds__(kWarps * kMmaLanes) flash_forward_kernel(FlashForwardParams p) {
+  using Shape = ForwardShape<kD, kWarps, kFrags, kRope>;
   constexpr int kThreads = Shape::kThreads;
   constexpr int kBlockM = Shape::kBlockM;
   constexpr int kBlockN = Shape::kBlockN;
@@ -357,7 +403,8 @@ __global__ void __launch_bounds__(kWarps * kMmaLanes, kD <= 64 ? 2 : 1) flash_fo
   const T* k = head_ptr<T>(p.k, p.k_strides, batch, kv_head);
   const T* v = head_ptr<T>(p.v, p.v_strides, batch, kv_head);
   const float scale_log2 = softmax_scale<kD>() * kLog2e;
-  const int warp_q0 = q0 + 16 * warp();  // this warp's first query
+  const int warp_row0 = Shape::kWarpRows * warp();  // this warp's first row in the block
+  const int warp_q0 = q0 + warp_row0;                // and its first query
   const int tiles = (min(seq, q0 + kBlockM) + kBlockN - 1) / kBlockN;
 
   // Starts the copies of key tile j into stage j % 2.
@@ -378,11 +425,15 @@ __global__ void __launch_bounds__(kWarps * kMmaLanes, kD <= 64 ? 2 : 1) flash_fo
   prefetch(0);
   cp_async_commit();
 
-  uint32_t q_frag[kD / 16][4];
-  float o[kD / 8][4];
-  zero(o);
-  float row_max[2] = {-INFINITY, -INFINITY};  // raw scores; rows lane/4 and lane/4 + 8 of the warp
-  float row_sum[2] = {0.0f, 0.0f};            // this lane's share of sum(exp2((s - max) * scale_log2))
+  float o[kFrags][kD / 8][4];
+  float row_max[kFrags][2];  // raw scores; rows lane/4 and lane/4 + 8 of each fragment
+  float row_sum[kFrags][2];  // this lane's share of sum(exp2((s - max) * scale_log2))
+#pragma unroll
+  for (int m = 0; m < kFrags; ++m) {
+    zero(o[m]);
+    row_max[m][0] = row_max[m][1] = -INFINITY;
+    row_sum[m][0] = row_sum[m][1] = 0.0f;
+  }
 
   for (int tile = 0; tile < tiles; ++tile) {
     const int k0 = tile * kBlockN;
@@ -407,73 +458,85 @@ __global__ void __launch_bounds__(kWarps * kMmaLanes, kD <= 64 ? 2 : 1) flash_fo
                                           p.k_rotated_strides.seq, k0, seq, k_tile);
       }
     }
-    if (tile == 0) load_a_row<kD, kD>(q_frag, q_tile, 16 * warp());
 
-    float s[kBlockN / 8][4];
-    zero(s);
-    mma_abt<T, kD, kD, kBlockN>(s, q_frag, k_tile, 0);
+    float s[kFrags][kBlockN / 8][4];
+#pragma unroll
+    for (int m = 0; m < kFrags; ++m) zero(s[m]);
+    mma_abt_rows<T, kD, kD, kBlockN, kFrags>(s, q_tile, warp_row0, k_tile, 0);
 
     if (k0 + kBlockN > warp_q0 + 1 || k0 + kBlockN > seq) {  // the tile crosses this warp's diagonal or the end
 #pragma unroll
-      for (int n = 0; n < kBlockN / 8; ++n)
+      for (int m = 0; m < kFrags; ++m)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = k0 + c_col(n, e);
-          if (key > warp_q0 + c_row(e) || key >= seq) s[n][e] = -INFINITY;
-        }
+        for (int n = 0; n < kBlockN / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = k0 + c_col(n, e);
+            if (key > warp_q0 + 16 * m + c_row(e) || key >= seq) s[m][n][e] = -INFINITY;
+          }
     }
 
+#pragma unroll
+    for (int m = 0; m < kFrags; ++m) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < kBlockN / 8; ++n)
+          tile_max = fmaxf(tile_max, fmaxf(s[m][n][2 * half], s[m][n][2 * half + 1]));
+        const float new_max = fmaxf(row_max[m][half], quad_max(tile_max));
+        // Tile 0 holds key 0, which every query sees, so new_max is finite from then on; the guard keeps
+        // -inf - -inf out of a row that had seen nothing (none does, but a NaN would spread).
+        const float base = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
+        const float alpha = exp2f(row_max[m][half] * scale_log2 - base);
+        row_max[m][half] = new_max;
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < kBlockN / 8; ++n) {
+#pragma unroll
+          for (int e = 2 * half; e < 2 * half + 2; ++e) {
+            s[m][n][e] = exp2f(s[m][n][e] * scale_log2 - base);
+            sum += s[m][n][e];
+          }
+        }
+        row_sum[m][half] = row_sum[m][half] * alpha + sum;
+#pragma unroll
+        for (int n = 0; n < kD / 8; ++n) {
+          o[m][n][2 * half] *= alpha;
+          o[m][n][2 * half + 1] *= alpha;
+        }
+      }
+    }
+
+    uint32_t probs[kFrags][kBlockN / 16][4];
+#pragma unroll
+    for (int m = 0; m < kFrags; ++m) to_a_fragments<T, kBlockN>(probs[m], s[m]);
+    mma_ab_rows<T, kD, kBlockN, kFrags>(o, probs, v_tile, 0);
+  }
+
+#pragma unroll
+  for (int m = 0; m < kFrags; ++m) {
+    float inverse[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int n = 0; n < kBlockN / 8; ++n) tile_max = fmaxf(tile_max, fmaxf(s[n][2 * half], s[n][2 * half + 1]));
-      const float new_max = fmaxf(row_max[half], quad_max(tile_max));
-      // Tile 0 holds key 0, which every query sees, so new_max is finite from then on; the guard keeps
-      // -inf - -inf out of a row that had seen nothing (none does, but a NaN would spread).
-      const float base = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
-      const float alpha = exp2f(row_max[half] * scale_log2 - base);
-      row_max[half] = new_max;
-      float sum = 0.0f;
-#pragma unroll
-      for (int n = 0; n < kBlockN / 8; ++n) {
-#pragma unroll
-        for (int e = 2 * half; e < 2 * half + 2; ++e) {
-          s[n][e] = exp2f(s[n][e] * scale_log2 - base);
-          sum += s[n][e];
-        }
-      }
-      row_sum[half] = row_sum[half] * alpha + sum;
-#pragma unroll
-      for (int n = 0; n < kD / 8; ++n) {
-        o[n][2 * half] *= alpha;
-        o[n][2 * half + 1] *= alpha;
+      const float sum = quad_sum(row_sum[m][half]);
+      inverse[half] = 1.0f / sum;
+      const int query = warp_q0 + 16 * m + c_row(2 * half);
+      if (lane() % 4 == 0 && query < seq) {
+        p.lse[(batch * p.q_heads + head) * p.seq + query] = (row_max[m][half] * scale_log2 + log2f(sum)) * kLn2;
       }
     }
-
-    uint32_t probs[kBlockN / 16][4];
-    to_a_fragments<T, kBlockN>(probs, s);
-    mma_ab<T, kD, kBlockN>(o, probs, v_tile, 0);
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[m][n][e] *= inverse[e / 2];
   }
 
-  float inverse[2];
+  // Stage the output over the Q tile, once no warp reads it any more (each reads its own rows for S; with RoPE
+  // every thread also copies some of every row out in tile 0).
+  __syncthreads();
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const float sum = quad_sum(row_sum[half]);
-    inverse[half] = 1.0f / sum;
-    const int query = warp_q0 + c_row(2 * half);
-    if (lane() % 4 == 0 && query < seq) {
-      p.lse[(batch * p.q_heads + head) * p.seq + query] = (row_max[half] * scale_log2 + log2f(sum)) * kLn2;
-    }
-  }
-#pragma unroll
-  for (int n = 0; n < kD / 8; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[n][e] *= inverse[e / 2];
-
-  // Each warp stages its own 16 rows over the Q tile, which no warp reads after tile 0 (and every warp has
-  // passed a barrier since).
-  stage_rows<T, kD>(q_tile, 16 * warp(), o, 1.0f, 0, seq, nullptr, nullptr);
+  for (int m = 0; m < kFrags; ++m) stage_rows<T, kD>(q_tile, warp_row0 + 16 * m, o[m], 1.0f, 0, seq, nullptr, nullptr);
   __syncthreads();
   store_rows<kBlockM, kD, kThreads>(head_ptr<T>(p.out, p.out_strides, batch, head), p.out_strides.seq, q0, seq,
                                      q_tile);
@@ -777,22 +840,23 @@ bool dispatch_head_dim(int64_t head_dim, F&& f) {
 constexpr const char* kUnsupportedHeadDim = "flash attention kernels exist for head_dim 16, 32, 64 and 128 only";
 
 #if defined(TT_MMA_SYNC)
-// Blocks of 8 warps (128 queries) read each K/V tile from L2 once for twice the queries of 4 warps; short
-// sequences take 4 warps, so that a workshop-sized batch still spreads over the GPU.
+// Long sequences take blocks of 128 queries, 4 warps of 32 rows (each K/V tile is read from L2 once for 128
+// queries, and each K/V fragment feeds two row fragments); shorter ones blocks of 64 queries, 4 warps of 16
+// rows, so that a workshop-sized batch still spreads over the GPU.
 template <typename T, int kD, bool kRope>
 LaunchStatus register_forward_for(const FlashForwardParams& p, gpuStream_t stream) {
-  auto run = [&](auto warps) {
-    constexpr int kWarps = decltype(warps)::value;
-    using Shape = ForwardShape<kD, kWarps, kRope>;
+  auto run = [&](auto frags) {
+    constexpr int kFrags = decltype(frags)::value;
+    using Shape = ForwardShape<kD, 4, kFrags, kRope>;
     const dim3 grid(blocks_for(p.seq, Shape::kBlockM), static_cast<unsigned>(p.q_heads),
                     static_cast<unsigned>(p.batch));
-    auto* kernel = flash_forward_kernel<T, kD, kWarps, kRope>;
+    auto* kernel = flash_forward_kernel<T, kD, 4, kFrags, kRope>;
     const LaunchStatus status = allow_dynamic_shared_memory(kernel, Shape::kBytes);
     if (!status.ok()) return status;
     kernel<<<grid, Shape::kThreads, Shape::kBytes, stream>>>(p);
     return last_launch_status();
   };
-  return p.seq >= 1024 ? run(std::integral_constant<int, 8>{}) : run(std::integral_constant<int, 4>{});
+  return p.seq >= 1024 ? run(std::integral_constant<int, 2>{}) : run(std::integral_constant<int, 1>{});
 }
 
 // dQ first: its kernel also writes delta, which the dK/dV kernel reads.

@@ -190,10 +190,6 @@ torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, c
   return reference::masked_attention(q, k, v);
 }
 
-bool rope_in_our_attention(RopeKind rope, int64_t seq) {
-  return rope == RopeKind::kInOurAttention && seq <= kRopeInAttentionMaxSeq;
-}
-
 torch::Tensor flash_attention_shared_memory_tiles(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   return ops::flash_attention(q, k, v, ops::FlashAttentionKernel::kSharedMemoryTiles);
 }
@@ -386,6 +382,10 @@ const std::vector<OptimizerImplementation>& optimizer_implementations() {
 const Implementation<NormKind, NormFn>& implementation(NormKind kind) {
   return find_entry(norm_implementations(), kind, "norm");
 }
+bool rope_in_our_attention(RopeKind rope, int64_t seq) {
+  return rope == RopeKind::kInOurAttention && seq <= kRopeInAttentionMaxSeq;
+}
+
 const RopeImplementation& implementation(RopeKind kind) {
   return find_entry(rope_implementations(), kind, "rope");
 }
