@@ -379,13 +379,16 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
     extras.eval_data = std::move(eval_data);
     extras.eval_every = options.eval_every;
     if (options.profile_steps > 0) extras.profile = {options.profile_steps, trace};
+    // The checkpoint holds the last counted step: written before the extra steps of --profile and of the
+    // energy figure (apps/report/training_run.h).
+    extras.after_last_counted_step = [&] {
+      if (!writes_files || options.save_checkpoint.empty()) return;
+      trainer.save_checkpoint(options.save_checkpoint, options.overwrite);
+      std::cout << "checkpoint written to " << options.save_checkpoint << std::endl;
+    };
     nlohmann::json result = run_training(trainer, extras, log);
     if (!writes_files) return 0;
     if (!options.scaling_baseline.empty()) fill_scaling_efficiency(result, options.scaling_baseline);
-    if (!options.save_checkpoint.empty()) {
-      trainer.save_checkpoint(options.save_checkpoint, options.overwrite);
-      std::cout << "checkpoint written to " << options.save_checkpoint << std::endl;
-    }
     write_json_atomically(output, result, options.overwrite);
     const auto& s = result["summary"];
     // The caching allocator's peak exists on the GPU only.
