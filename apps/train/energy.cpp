@@ -141,20 +141,29 @@ void EnergyMeter::start() {
   window_.start_s = now_s();
 }
 
+namespace {
+
+EnergyReading no_figure(std::string note) {
+  EnergyReading r;
+  r.note = std::move(note);
+  return r;
+}
+
+}  // namespace
+
 EnergyReading EnergyMeter::stop() {
-  if (!nvml_) return {std::nullopt, "", note_};
+  if (!nvml_) return no_figure(note_);
   window_.end_mj = read_mj();
   window_.end_s = now_s();
   if (!window_.end_mj || !window_.start_mj)
-    return {std::nullopt, "",
-            std::string("energy not measured: reading NVML's total-energy counter failed ") +
-                (window_.start_mj ? "at the end of the window" : "at the start of the window")};
+    return no_figure(std::string("energy not measured: reading NVML's total-energy counter failed ") +
+                     (window_.start_mj ? "at the end of the window" : "at the start of the window"));
   // A window shorter than the driver's refresh can read no change at all, which is no measurement (0 J/step
   // and infinite tokens per joule would be wrong); finish_energy extends such a window.
   if (*window_.end_mj <= *window_.start_mj)
-    return {std::nullopt, "",
-            "energy not measured: NVML's total-energy counter did not advance over the measured steps (a window "
-            "shorter than the driver's refresh)"};
+    return no_figure(
+        "energy not measured: NVML's total-energy counter did not advance over the measured steps (a window "
+        "shorter than the driver's refresh)");
   EnergyReading r;
   r.joules = static_cast<double>(*window_.end_mj - *window_.start_mj) / 1000.0;
   r.source = source() + ", read before the first and after the last measured step with the device synchronised";
