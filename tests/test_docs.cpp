@@ -61,8 +61,10 @@ std::string outside_code(const std::string& text) {
 std::string slug(const std::string& heading) {
   std::string out;
   for (unsigned char c : heading) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c >= 0x80) out += static_cast<char>(std::tolower(c));
-    else if (c == ' ') out += '-';
+    if (std::isalnum(c) || c == '-' || c == '_' || c >= 0x80)
+      out += static_cast<char>(std::tolower(c));
+    else if (c == ' ')
+      out += '-';
   }
   return out;
 }

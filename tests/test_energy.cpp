@@ -4,9 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <sstream>
 
 #include "apps/report/results.h"
+#include "apps/report/training_run.h"
 #include "apps/train/energy.h"
+#include "tests/helpers.h"
 
 namespace tt {
 namespace {
@@ -98,8 +102,7 @@ TEST(Energy, WindowThatAdvancedButSpansTooFewRefreshesIsExtended) {
   CoarseCounter counter(200, 0.1, 0.004);
   const EnergyWindow measured = counter.measure(100);
   ASSERT_GT(*measured.end_mj, *measured.start_mj);
-  const EnergyReading r =
-      finish_energy(counter, measured, 100, 0.004, [&](int64_t n) { counter.run_steps(n); });
+  const EnergyReading r = finish_energy(counter, measured, 100, 0.004, [&](int64_t n) { counter.run_steps(n); });
   ASSERT_TRUE(r.joules.has_value()) << r.note;
   EXPECT_TRUE(r.extra_steps);
   EXPECT_GE(r.seconds, kEnergyMinRefreshes * 0.1);
@@ -117,6 +120,7 @@ TEST(Energy, NoCounterGivesNullWithItsNoteAndNoExtraSteps) {
   EXPECT_TRUE(summary["energy_j_per_step"].is_null());
   EXPECT_TRUE(summary["tokens_per_joule"].is_null());
   EXPECT_EQ(summary["energy_note"], r.note);
+  EXPECT_TRUE(summary["energy_window"].is_null());
 }
 
 TEST(Energy, StuckCounterGivesNullAfterTheProbe) {
@@ -126,6 +130,26 @@ TEST(Energy, StuckCounterGivesNullAfterTheProbe) {
   EXPECT_FALSE(r.joules.has_value());
   EXPECT_FALSE(extended);
   EXPECT_NE(r.note.find("did not change"), std::string::npos) << r.note;
+}
+
+// The end-of-run checkpoint's hook runs after the last counted step and before any extra step (here the
+// --profile steps; on a GPU the energy figure's too), so a checkpoint holds the state the result describes.
+TEST(Energy, LastCountedStepHookRunsBeforeTheExtraSteps) {
+  RunConfig c = testing::smoke_config();
+  c.training.num_steps = 3;
+  c.training.warmup_steps = 1;
+  Trainer trainer(stages::v2_fused(), c, torch::kCPU);
+  RunExtras extras;
+  extras.profile = {2, (std::filesystem::path(::testing::TempDir()) / "tt_energy_hook.trace.json").string()};
+  int64_t steps_at_hook = -1;
+  extras.after_last_counted_step = [&] { steps_at_hook = trainer.optimizer().step_count(); };
+  std::ostringstream log;
+  const auto result = run_training(trainer, extras, log);
+  EXPECT_EQ(steps_at_hook, 4);
+  EXPECT_EQ(trainer.optimizer().step_count(), 6) << "the profiled steps ran after it";
+  EXPECT_EQ(result["losses"].size(), 4u);
+  EXPECT_TRUE(result["summary"]["energy_j_per_step"].is_null()) << "a CPU run has no counter";
+  EXPECT_TRUE(result["summary"]["energy_window"].is_null());
 }
 
 }  // namespace

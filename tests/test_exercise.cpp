@@ -59,7 +59,7 @@ TEST(Exercise, SummaryJudgesByGpuTimeWithinTheBandAndShowsEachPitfallsFigure) {
   // Wall time is launch noise (host-bound): ±30 % between repeats. GPU time is steady: ±2 %.
   std::vector<Result> results;
   for (int repeat : {1, 2}) {
-    const double w = repeat == 1 ? 8.0 : 10.5;  // the wall clock's noise
+    const double w = repeat == 1 ? 8.0 : 10.5;   // the wall clock's noise
     const double g = repeat == 1 ? 1.00 : 1.02;  // the GPU's
     results.push_back(run("missing-init", repeat, w, 2.0 * g, 0.1, 0, 478.79));
     results.push_back(run("non-contiguous", repeat, w * 1.1, 2.6 * g, 0.7));
@@ -79,8 +79,9 @@ TEST(Exercise, SummaryJudgesByGpuTimeWithinTheBandAndShowsEachPitfallsFigure) {
     return text.substr(at, text.find("what it teaches", at) - at);
   };
   // Same kernels: inside the band on both clocks, though wall time alone read 1.20x "faster".
-  EXPECT_NE(block("missing-init").find("GPU time: no speed effect (within noise); wall time: no speed effect (within "
-                                       "noise)"),
+  EXPECT_NE(block("missing-init")
+                .find("GPU time: no speed effect (within noise); wall time: no speed effect (within "
+                      "noise)"),
             std::string::npos)
       << text;
   EXPECT_NE(block("missing-init").find("first loss 478.79 against 7.04"), std::string::npos) << text;

@@ -35,9 +35,11 @@ const Named kNames[] = {
      "float*, int*)",
      "kernel", KernelCategory::kGemm},
     {"void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, false, "
-     "cublasGemvParamsEx<int, cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float const>, "
+     "cublasGemvParamsEx<int, cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float "
+     "const>, "
      "cublasGemvTensorStridedBatched<float>, float> >(cublasGemvParamsEx<int, cublasGemvTensorStridedBatched<float "
-     "const>, cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float>, float>, float, float)",
+     "const>, cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float>, float>, float, "
+     "float)",
      "kernel", KernelCategory::kGemm},
     {"cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x128_4x1x1_kernel0_0", "kernel",
      KernelCategory::kAttention},
@@ -73,7 +75,8 @@ const Named kNames[] = {
      "kernel", KernelCategory::kNormalisation},
     {"void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::silu_kernel("
      "at::TensorIteratorBase&)::{lambda()#1}::operator()() const::{lambda()#6}::operator()() const::{lambda(float)#1}, "
-     "std::array<char*, 2ul> >(int, at::native::(anonymous namespace)::silu_kernel(at::TensorIteratorBase&)::{lambda()#1}"
+     "std::array<char*, 2ul> >(int, at::native::(anonymous "
+     "namespace)::silu_kernel(at::TensorIteratorBase&)::{lambda()#1}"
      "::operator()() const::{lambda()#6}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>)",
      "kernel", KernelCategory::kActivation},
     {"void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
@@ -102,28 +105,34 @@ const Named kNames[] = {
     {"Memcpy DtoD (Device -> Device)", "memcpy", KernelCategory::kCopyFill},
     {"Memset (Device)", "memset", KernelCategory::kCopyFill},
     // Ours, as Kineto names them.
-    {"void tt::kernels::(anonymous namespace)::rms_norm_forward_kernel<__nv_bfloat16, 4>(tt::kernels::RmsNormParams)", "kernel",
-     KernelCategory::kNormalisation},
-    {"void tt::kernels::(anonymous namespace)::flash_forward_kernel<__nv_bfloat16, 64, 64, 64, true>(tt::kernels::FlashParams)", "kernel",
-     KernelCategory::kAttention},
-    {"void tt::kernels::(anonymous namespace)::swiglu_strided_backward_kernel<float>(tt::kernels::SwigluParams)", "kernel",
-     KernelCategory::kActivation},
-    {"void tt::kernels::(anonymous namespace)::naive_swiglu_forward_kernel<float>(float const*, float const*, float*, long)", "kernel",
-     KernelCategory::kActivation},
-    {"void tt::kernels::(anonymous namespace)::naive_matmul_kernel<float>(float const*, float const*, float*, int, int, int)", "kernel",
-     KernelCategory::kGemm},
-    {"void tt::kernels::(anonymous namespace)::rope_kernel<__nv_bfloat16, true>(tt::kernels::RopeParams)", "kernel", KernelCategory::kRope},
-    {"void tt::kernels::(anonymous namespace)::cross_entropy_forward_kernel<__nv_bfloat16>(tt::kernels::CrossEntropyParams)", "kernel",
-     KernelCategory::kLoss},
-    {"void tt::kernels::(anonymous namespace)::adamw_update_kernel<float>(tt::kernels::AdamWParams)", "kernel", KernelCategory::kOptimizer},
+    {"void tt::kernels::(anonymous namespace)::rms_norm_forward_kernel<__nv_bfloat16, 4>(tt::kernels::RmsNormParams)",
+     "kernel", KernelCategory::kNormalisation},
+    {"void tt::kernels::(anonymous namespace)::flash_forward_kernel<__nv_bfloat16, 64, 64, 64, "
+     "true>(tt::kernels::FlashParams)",
+     "kernel", KernelCategory::kAttention},
+    {"void tt::kernels::(anonymous namespace)::swiglu_strided_backward_kernel<float>(tt::kernels::SwigluParams)",
+     "kernel", KernelCategory::kActivation},
+    {"void tt::kernels::(anonymous namespace)::naive_swiglu_forward_kernel<float>(float const*, float const*, float*, "
+     "long)",
+     "kernel", KernelCategory::kActivation},
+    {"void tt::kernels::(anonymous namespace)::naive_matmul_kernel<float>(float const*, float const*, float*, int, "
+     "int, int)",
+     "kernel", KernelCategory::kGemm},
+    {"void tt::kernels::(anonymous namespace)::rope_kernel<__nv_bfloat16, true>(tt::kernels::RopeParams)", "kernel",
+     KernelCategory::kRope},
+    {"void tt::kernels::(anonymous "
+     "namespace)::cross_entropy_forward_kernel<__nv_bfloat16>(tt::kernels::CrossEntropyParams)",
+     "kernel", KernelCategory::kLoss},
+    {"void tt::kernels::(anonymous namespace)::adamw_update_kernel<float>(tt::kernels::AdamWParams)", "kernel",
+     KernelCategory::kOptimizer},
     // NCCL (and RCCL, which keeps the names); the profiler marks them "comm".
     {"ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "comm",
      KernelCategory::kCommunication},
     {"ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "kernel",
      KernelCategory::kCommunication},
     // AMD: Tensile (rocBLAS, hipBLASLt), Composable Kernel, CK's attention.
-    {"Cijk_Ailk_Bljk_SB_MT64x64x16_SN_1LDSB0_APM1_ABV0_ACED0_AF0EM1_AF1EM1_AMAS3_ASE_ASGT_ASLT_ASAE01_ASCE01_ASEM1", "kernel",
-     KernelCategory::kGemm},
+    {"Cijk_Ailk_Bljk_SB_MT64x64x16_SN_1LDSB0_APM1_ABV0_ACED0_AF0EM1_AF1EM1_AMAS3_ASE_ASGT_ASLT_ASAE01_ASCE01_ASEM1",
+     "kernel", KernelCategory::kGemm},
     {"Cijk_Alik_Bljk_BBS_BH_Bias_HAS_SAV_UserArgs_MT128x128x64_MI16x16x1_SN_LDSB1_AFC1_AFEM1", "kernel",
      KernelCategory::kGemm},
     {"void ck::kernel_gemm_xdl_cshuffle_v3<ck::GridwiseGemm_xdl_cshuffle_v3<ck::tensor_layout::gemm::RowMajor>, true, "
@@ -155,7 +164,7 @@ nlohmann::json profiled_result(double step_ms) {
   auto add = [&](const char* name, const char* kind, double total_us) {
     hotspots.push_back({{"name", name}, {"kind", kind}, {"calls", 3}, {"total_us", total_us}});
   };
-  add("nvjet_tst_192x192_64x3_2x1_v_bz_coopB_TNN", "kernel", 3000);   // 1 ms per step over 3 steps
+  add("nvjet_tst_192x192_64x3_2x1_v_bz_coopB_TNN", "kernel", 3000);  // 1 ms per step over 3 steps
   add("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3", "kernel", 1500);
   add("Memcpy DtoD (Device -> Device)", "memcpy", 300);
   add("mystery_kernel_a", "kernel", 600);

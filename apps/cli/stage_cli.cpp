@@ -105,11 +105,16 @@ std::optional<std::string> refuse_existing(const char* what, const std::string& 
 
 // The energy figure (or why there is none) and, for the timing pitfall, the host clock beside the events.
 void print_teaching_lines(const std::string& stage, const nlohmann::json& s) {
-  if (s["energy_j_per_step"].is_number())
-    std::printf("[%s] energy %.3f J/step | %.0f tokens/J\n", stage.c_str(), s["energy_j_per_step"].get<double>(),
-                s["tokens_per_joule"].is_number() ? s["tokens_per_joule"].get<double>() : NAN);
-  else
+  if (s["energy_j_per_step"].is_number()) {
+    const auto& w = s["energy_window"];
+    std::printf("[%s] energy %.3f J/step | %.0f tokens/J | over %lld %s steps (%.2f s)\n", stage.c_str(),
+                s["energy_j_per_step"].get<double>(),
+                s["tokens_per_joule"].is_number() ? s["tokens_per_joule"].get<double>() : NAN,
+                static_cast<long long>(w["steps"].get<int64_t>()),
+                w["extra_steps"].get<bool>() ? "extra, unrecorded" : "measured", w["seconds"].get<double>());
+  } else {
     std::printf("[%s] %s\n", stage.c_str(), s["energy_note"].get<std::string>().c_str());
+  }
   if (!s.contains("host_clock_ms")) return;
   const auto& host = s["host_clock_ms"];
   auto median = [](const nlohmann::json& spread) { return spread.is_null() ? NAN : spread["median"].get<double>(); };

@@ -14,7 +14,9 @@ namespace {
 
 constexpr const char* kReferencePitfall = "none";
 
-double mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size()); }
+double mean(const std::vector<double>& v) {
+  return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -72,8 +74,8 @@ std::string own_figure(const Stage& s, const Stage* reference) {
   };
   if (s.pitfall == "missing-init") {
     const auto first = s.mean_of([](const Row& r) { return std::optional<double>(r.first_loss); });
-    const auto ref = reference ? reference->mean_of([](const Row& r) { return std::optional<double>(r.first_loss); })
-                               : std::nullopt;
+    const auto ref =
+        reference ? reference->mean_of([](const Row& r) { return std::optional<double>(r.first_loss); }) : std::nullopt;
     return "first loss " + strprintf("%.2f", first.value_or(NAN)) +
            (ref ? " against " + strprintf("%.2f", *ref) + " with the weights initialised" : std::string());
   }
@@ -120,8 +122,7 @@ std::optional<double> noise_band(const std::vector<std::vector<double>>& runs_pe
 std::string speed_verdict(double time_ms, double reference_ms, std::optional<double> band) {
   const double ratio = time_ms / reference_ms;
   if (band && std::fabs(ratio - 1.0) <= *band) return "no speed effect (within noise)";
-  const std::string effect =
-      ratio >= 1 ? strprintf("%.2fx slower", ratio) : strprintf("%.2fx faster", 1.0 / ratio);
+  const std::string effect = ratio >= 1 ? strprintf("%.2fx slower", ratio) : strprintf("%.2fx faster", 1.0 / ratio);
   return band ? effect : effect + " (noise unknown: one run each)";
 }
 
@@ -175,8 +176,9 @@ std::string format_exercise(const Comparison& c) {
                      reference ? strprintf("%.2fx", ref_wall / wall).c_str() : "-",
                      energy ? strprintf("%.3f", *energy).c_str() : "-");
   }
-  out += "speed: the reference's time per step / this one's (mean over the runs); GPU ms/step: the kernels' time per "
-         "step from --profile, which launch gaps on the host do not change\n";
+  out +=
+      "speed: the reference's time per step / this one's (mean over the runs); GPU ms/step: the kernels' time per "
+      "step from --profile, which launch gaps on the host do not change\n";
   for (const auto& s : stages) {
     if (&s == reference) continue;
     out += "  " + s.pitfall + ": ";
@@ -188,7 +190,8 @@ std::string format_exercise(const Comparison& c) {
     } else {
       out += "no verdict (no --pitfall none run to compare with)\n";
     }
-    if (const std::string figure = own_figure(s, reference); !figure.empty()) out += "    its own figure: " + figure + "\n";
+    if (const std::string figure = own_figure(s, reference); !figure.empty())
+      out += "    its own figure: " + figure + "\n";
     out += "    what it teaches: " + s.lesson + "\n";
   }
   return out;

@@ -38,11 +38,11 @@ bool is_log_softmax_warp(const std::string& name) {
 }  // namespace
 
 const std::vector<KernelCategory>& kernel_categories() {
-  static const std::vector<KernelCategory> all = {
-      KernelCategory::kGemm,     KernelCategory::kAttention, KernelCategory::kNormalisation,
-      KernelCategory::kActivation, KernelCategory::kRope,    KernelCategory::kLoss,
-      KernelCategory::kOptimizer, KernelCategory::kCopyFill, KernelCategory::kCommunication,
-      KernelCategory::kOther};
+  static const std::vector<KernelCategory> all = {KernelCategory::kGemm,          KernelCategory::kAttention,
+                                                  KernelCategory::kNormalisation, KernelCategory::kActivation,
+                                                  KernelCategory::kRope,          KernelCategory::kLoss,
+                                                  KernelCategory::kOptimizer,     KernelCategory::kCopyFill,
+                                                  KernelCategory::kCommunication, KernelCategory::kOther};
   return all;
 }
 
@@ -93,7 +93,8 @@ KernelCategory categorize_kernel(const std::string& raw_name, const std::string&
   // cuBLAS on Hopper (nvjet_*, sm90_xmma_gemm_*), older cuBLAS (ampere_sgemm_*, sm80_xmma_gemm_*, gemv*,
   // splitKreduce), CUTLASS (cutlass::Kernel2<cutlass_80_tensorop_*gemm*>), rocBLAS/hipBLASLt's Tensile
   // (Cijk_Ailk_Bljk_*), CK (ck::kernel_gemm_xdl_*), our naive_matmul_kernel.
-  if (name.rfind("nvjet", 0) == 0 || has_any(name, {"cijk_", "gemm", "gemv", "xmma", "cutlass", "splitkreduce", "matmul", "wgmma"}))
+  if (name.rfind("nvjet", 0) == 0 ||
+      has_any(name, {"cijk_", "gemm", "gemv", "xmma", "cutlass", "splitkreduce", "matmul", "wgmma"}))
     return KernelCategory::kGemm;
   // ATen's copies and fills (direct_copy_kernel_cuda, FillFunctor, CatArrayBatchedCopy, bfloat16_copy_kernel).
   if (has_any(name, {"copy", "fill", "memcpy", "memset"})) return KernelCategory::kCopyFill;

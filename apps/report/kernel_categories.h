@@ -3,10 +3,9 @@
 // beside it. The name rule lives here and nowhere else; compare's table, chart and report.html use it.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace tt {
 

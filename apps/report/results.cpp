@@ -140,6 +140,10 @@ void set_energy_fields(nlohmann::json& summary, const EnergyReading& energy, dou
   summary["tokens_per_joule"] = figure && *energy.joules > 0 ? nlohmann::json(tokens_per_step * steps / *energy.joules)
                                                              : nlohmann::json(nullptr);
   summary["energy_note"] = figure ? energy.source : energy.note;
+  if (!figure) {
+    summary["energy_window"] = nullptr;
+    return;
+  }
   summary["energy_window"] = {
       {"steps", energy.steps},
       {"seconds", energy.seconds},
