@@ -105,15 +105,15 @@ struct Cell {
 };
 const std::vector<std::string> kHeaders = {
     "stage", "median ms [p10–p90]", "samples/s",  "tokens/s", "speedup", "peak MB", "mem. reduction", "TFLOP/s",
-    "MFU",   "kernels/step",        "final loss", "Δ loss",         "J/step"};
+    "MFU",   "kernels/step",        "final loss", "Δ loss",   "J/step"};
 
 std::vector<std::vector<Cell>> table_cells(const Comparison& c) {
   std::vector<std::vector<Cell>> rows;
   for (const auto& r : c.rows) {
     std::vector<Cell> cells;
     cells.push_back({r.label, true});
-    cells.push_back(
-        {strprintf("%.2f", r.median_ms) + " [" + strprintf("%.2f", r.p10_ms) + "–" + strprintf("%.2f", r.p90_ms) + "]"});
+    cells.push_back({strprintf("%.2f", r.median_ms) + " [" + strprintf("%.2f", r.p10_ms) + "–" +
+                     strprintf("%.2f", r.p90_ms) + "]"});
     cells.push_back({strprintf("%.1f", r.samples_per_s)});
     cells.push_back({thousands(r.tokens_per_s)});
     cells.push_back({strprintf("%.2fx", r.speedup)});
@@ -260,13 +260,14 @@ Comparison build_comparison(const std::vector<Result>& results, std::optional<si
                              ? std::string("v3 as shipped (--pitfall none), the debugging exercise's stage 5")
                              : std::string("the first file (no ") + kReferenceStage + " result given)";
   }
-  // Only a step that replayed a graph on a GPU: on the CPU the graph stage runs eagerly, its step description
-  // says so ("eager (this run is on the CPU: graphs need a GPU)"), and there is no GPU memory at all.
+  // Only a step that replayed a graph on a GPU: on the CPU the graph stage runs eagerly, though its step
+  // description names graphs ("eager: ... (this run is on the CPU: graphs need a GPU)"), and there is no GPU
+  // memory at all.
   for (const auto& r : results) {
     const auto* step = find(r.json, "stage.components.step");
     const auto* device = find(r.json, "system.device");
     const bool on_gpu = device && device->is_string() && device->get<std::string>() != "cpu";
-    if (on_gpu && step && step->is_string() && step->get<std::string>().rfind("graph", 0) == 0)
+    if (on_gpu && step && step->is_string() && step->get<std::string>().find("graph") != std::string::npos)
       c.memory_field = "peak_reserved_mb";
   }
   const nlohmann::json& ref = results[c.reference].json;
@@ -386,13 +387,13 @@ std::string to_csv(const Comparison& c) {
                     "energy_j_per_step,tokens_per_joule\n";
   auto opt = [](const std::optional<double>& v) { return v ? strprintf("%.6g", *v) : std::string(); };
   for (const auto& r : c.rows) {
-    out += csv_field(r.label) + "," + csv_field(r.stage) + "," + csv_field(r.path) + "," + strprintf("%.6g", r.median_ms) +
-           "," + strprintf("%.6g", r.p10_ms) + "," + strprintf("%.6g", r.p90_ms) + "," + strprintf("%.6g", r.samples_per_s) +
-           "," + strprintf("%.6g", r.tokens_per_s) + "," + strprintf("%.6g", r.speedup) + "," +
-           (r.peak_mb > 0 ? strprintf("%.6g", r.peak_mb) : "") + "," + opt(r.peak_reduction) + "," +
-           strprintf("%.6g", r.tflops) + "," + opt(r.mfu) + "," + opt(r.kernels_per_step) + "," +
-           strprintf("%.6g", r.final_loss) + "," + strprintf("%.6g", r.loss_delta) + "," + (r.reference ? "yes" : "no") +
-           "," + opt(r.energy_j_per_step) + "," + opt(r.tokens_per_joule) + "\n";
+    out += csv_field(r.label) + "," + csv_field(r.stage) + "," + csv_field(r.path) + "," +
+           strprintf("%.6g", r.median_ms) + "," + strprintf("%.6g", r.p10_ms) + "," + strprintf("%.6g", r.p90_ms) +
+           "," + strprintf("%.6g", r.samples_per_s) + "," + strprintf("%.6g", r.tokens_per_s) + "," +
+           strprintf("%.6g", r.speedup) + "," + (r.peak_mb > 0 ? strprintf("%.6g", r.peak_mb) : "") + "," +
+           opt(r.peak_reduction) + "," + strprintf("%.6g", r.tflops) + "," + opt(r.mfu) + "," +
+           opt(r.kernels_per_step) + "," + strprintf("%.6g", r.final_loss) + "," + strprintf("%.6g", r.loss_delta) +
+           "," + (r.reference ? "yes" : "no") + "," + opt(r.energy_j_per_step) + "," + opt(r.tokens_per_joule) + "\n";
   }
   return out;
 }
@@ -432,13 +433,19 @@ std::vector<std::string> breakdown_cells(const Row& r) {
   return cells;
 }
 
-std::string other_kernels_text(const Row& r, const std::string& bullet) {
+// The kernels the category rule left in "other", largest first: one line each under a heading line.
+std::string other_kernels_text(const Row& r, bool markdown) {
+  const std::string bullet = markdown ? "- " : "", item = markdown ? "  - " : "    ", code = markdown ? "`" : "";
   const auto& others = r.breakdown->other_kernels;
   if (others.empty()) return "";
-  std::string out = bullet + r.label + ": \"other\" holds " + std::to_string(others.size()) + " kernel names";
+  std::string out =
+      bullet + r.label + ": " + std::to_string(others.size()) +
+      (others.size() == 1 ? " kernel name" : " kernel names") + " in \"other\" (" +
+      strprintf("%.3f ms per step", r.breakdown->ms_per_step[static_cast<size_t>(KernelCategory::kOther)]) + ")" +
+      (others.size() > kOtherKernelsListed ? ", the largest:\n" : ":\n");
   for (size_t i = 0; i < others.size() && i < kOtherKernelsListed; ++i)
-    out += (i ? "; " : ", largest: ") + strprintf("%.3f ms ", others[i].second) + others[i].first.substr(0, 90);
-  return out + "\n";
+    out += item + strprintf("%.3f ms  ", others[i].second) + code + short_kernel_name(others[i].first) + code + "\n";
+  return out;
 }
 
 // The stacked bars, drawn at vertical offset y into svg; returns the height used.
@@ -452,7 +459,9 @@ double draw_breakdown(std::ostringstream& svg, const Comparison& c, double y) {
   };
   text(20, y + 20, "Where the time goes (GPU ms per step by kernel category, and the host gap)",
        "font-size=\"15\" font-weight=\"bold\" fill=\"#222\"");
-  text(20, y + 37, "from --profile; the bar's length is the median step time; host gap = step time - GPU busy",
+  text(20, y + 37,
+       "from --profile; above, one scale for every stage (the bar is the median step); below, each step as 100%; "
+       "host gap = step time - GPU busy",
        "font-size=\"12\" fill=\"#666\"");
   // Legend: the categories and the host gap, in bar order.
   double lx = 20, ly = y + 56;
@@ -471,33 +480,59 @@ double draw_breakdown(std::ostringstream& svg, const Comparison& c, double y) {
   legend(kHostGapColour, kHostGap);
   double max_ms = 0;
   for (const Row* r : rows) max_ms = std::max({max_ms, r->breakdown->step_ms, r->breakdown->gpu_busy_ms});
-  const double scale = max_ms > 0 ? (kBarRight - kBarLeft) / max_ms : 0;
   double row_y = ly + 16;
-  for (const Row* r : rows) {
-    const TimeBreakdown& b = *r->breakdown;
-    text(kLabelRight, row_y + kBarHeight * 0.7, fit_label(r->label),
-         "font-size=\"13\" text-anchor=\"end\" fill=\"#222\"");
-    double x = kBarLeft;
-    auto segment = [&](double ms, const char* colour, const std::string& name) {
-      if (ms <= 0) return;
-      svg << "<rect x=\"" << num(x) << "\" y=\"" << num(row_y) << "\" width=\"" << strprintf("%.2f", ms * scale)
-          << "\" height=\"" << num(kBarHeight) << "\" fill=\"" << colour
-          << "\" stroke=\"#fff\" stroke-width=\"0.5\"><title>"
-          << xml_escape(r->label + ": " + name + " " + strprintf("%.3f ms per step (%.0f%% of the step)", ms,
-                                                                 b.step_ms > 0 ? 100.0 * ms / b.step_ms : 0.0))
-          << "</title></rect>\n";
-      x += ms * scale;
-    };
-    for (auto cat : kernel_categories())
-      segment(b.ms_per_step[static_cast<size_t>(cat)], kCategoryColours[static_cast<size_t>(cat)], to_string(cat));
-    segment(b.host_gap_ms, kHostGapColour, kHostGap);
-    svg << "<rect x=\"" << num(kBarLeft) << "\" y=\"" << num(row_y) << "\" width=\"" << strprintf("%.2f", x - kBarLeft)
-        << "\" height=\"" << num(kBarHeight) << "\" fill=\"none\" stroke=\"#888\"></rect>\n";
-    text(x + 6, row_y + kBarHeight * 0.7,
-         strprintf("%.2f ms (GPU busy %.0f%%)", b.step_ms, b.step_ms > 0 ? 100.0 * b.gpu_busy_ms / b.step_ms : 0.0),
-         "font-size=\"12\" fill=\"#222\"");
-    row_y += kBarHeight + kRowGap;
-  }
+  // One set of bars: `scale` maps a row's milliseconds to pixels; `note` labels the bar's end.
+  auto bars = [&](const std::string& subtitle, const std::function<double(const TimeBreakdown&)>& scale,
+                  const std::function<std::string(const TimeBreakdown&)>& note) {
+    text(kLabelRight, row_y + 4, subtitle, "font-size=\"12\" text-anchor=\"end\" font-style=\"italic\" fill=\"#555\"");
+    row_y += 12;
+    for (const Row* r : rows) {
+      const TimeBreakdown& b = *r->breakdown;
+      text(kLabelRight, row_y + kBarHeight * 0.7, fit_label(r->label),
+           "font-size=\"13\" text-anchor=\"end\" fill=\"#222\"");
+      const double px_per_ms = scale(b);
+      double x = kBarLeft;
+      auto segment = [&](double ms, const char* colour, const std::string& name) {
+        if (ms <= 0) return;
+        svg << "<rect x=\"" << num(x) << "\" y=\"" << num(row_y) << "\" width=\"" << strprintf("%.2f", ms * px_per_ms)
+            << "\" height=\"" << num(kBarHeight) << "\" fill=\"" << colour
+            << "\" stroke=\"#fff\" stroke-width=\"0.5\"><title>"
+            << xml_escape(
+                   r->label + ": " + name + " " +
+                   strprintf("%.3f ms per step (%.0f%% of the step)", ms, b.step_ms > 0 ? 100.0 * ms / b.step_ms : 0.0))
+            << "</title></rect>\n";
+        x += ms * px_per_ms;
+      };
+      for (auto cat : kernel_categories())
+        segment(b.ms_per_step[static_cast<size_t>(cat)], kCategoryColours[static_cast<size_t>(cat)], to_string(cat));
+      segment(b.host_gap_ms, kHostGapColour, kHostGap);
+      svg << "<rect x=\"" << num(kBarLeft) << "\" y=\"" << num(row_y) << "\" width=\""
+          << strprintf("%.2f", x - kBarLeft) << "\" height=\"" << num(kBarHeight)
+          << "\" fill=\"none\" stroke=\"#888\"></rect>\n";
+      text(x + 6, row_y + kBarHeight * 0.7, note(b), "font-size=\"12\" fill=\"#222\"");
+      row_y += kBarHeight + kRowGap;
+    }
+    row_y += 8;
+  };
+  const double width = kBarRight - kBarLeft;
+  bars(
+      "ms per step", [&](const TimeBreakdown&) { return max_ms > 0 ? width / max_ms : 0; },
+      [](const TimeBreakdown& b) {
+        return strprintf("%.2f ms (GPU busy %.0f%%)", b.step_ms,
+                         b.step_ms > 0 ? 100.0 * b.gpu_busy_ms / b.step_ms : 0.0);
+      });
+  bars(
+      "share of the step",
+      [&](const TimeBreakdown& b) {
+        const double total = std::max(b.step_ms, b.gpu_busy_ms);
+        return total > 0 ? width / total : 0;
+      },
+      [](const TimeBreakdown& b) {
+        const double total = std::max(b.step_ms, b.gpu_busy_ms);
+        return strprintf("GEMM %.0f%%, host gap %.0f%%",
+                         total > 0 ? 100.0 * b.ms_per_step[static_cast<size_t>(KernelCategory::kGemm)] / total : 0.0,
+                         total > 0 ? 100.0 * b.host_gap_ms / total : 0.0);
+      });
   return row_y - y + 10;
 }
 
@@ -526,7 +561,7 @@ std::string format_time_breakdown(const Comparison& c) {
     out += "\n";
   }
   out += std::string(kBreakdownNote) + "\n";
-  for (const Row* r : rows) out += other_kernels_text(*r, "  ");
+  for (const Row* r : rows) out += other_kernels_text(*r, /*markdown=*/false);
   return out;
 }
 
@@ -545,7 +580,7 @@ std::string time_breakdown_markdown(const Comparison& c) {
     out += "\n";
   }
   out += "\n" + std::string(kBreakdownNote) + ".\n\n";
-  for (const Row* r : rows) out += other_kernels_text(*r, "- ");
+  for (const Row* r : rows) out += other_kernels_text(*r, /*markdown=*/true);
   return out;
 }
 
@@ -559,7 +594,6 @@ std::string time_breakdown_svg(const Comparison& c) {
          "fill=\"white\"/>\n" +
          body.str() + "</svg>\n";
 }
-
 
 std::string to_svg(const Comparison& c, bool with_breakdown) {
   static const char* const kPalette[] = {"#4C78A8", "#F58518", "#54A24B", "#E45756",
@@ -646,8 +680,8 @@ std::string to_svg(const Comparison& c, bool with_breakdown) {
   }
   bars(c.memory_field == "peak_allocated_mb" ? "Peak allocated GPU memory (MB, lower is better)"
                                              : "Peak reserved GPU memory (MB, lower is better)",
-       "caching-allocator peak over the measured steps", peaks,
-       peak_labels, linear(*std::max_element(peaks.begin(), peaks.end())));
+       "caching-allocator peak over the measured steps", peaks, peak_labels,
+       linear(*std::max_element(peaks.begin(), peaks.end())));
   y += panel_height + kPanelGap;
 
   // Achieved TFLOP/s against the GPU's peak: a log axis, as in a roofline plot, with the peak as ceiling.
@@ -695,11 +729,10 @@ std::string to_svg(const Comparison& c, bool with_breakdown) {
     std::vector<std::string> joule_labels;
     for (const auto& r : c.rows) {
       joules.push_back(r.energy_j_per_step.value_or(0));
-      joule_labels.push_back(r.energy_j_per_step ? strprintf("%.3f J/step", *r.energy_j_per_step) +
-                                                       (r.tokens_per_joule ? "  (" + thousands(*r.tokens_per_joule) +
-                                                                                 " tokens/J)"
-                                                                           : "")
-                                                 : "not measured");
+      joule_labels.push_back(r.energy_j_per_step
+                                 ? strprintf("%.3f J/step", *r.energy_j_per_step) +
+                                       (r.tokens_per_joule ? "  (" + thousands(*r.tokens_per_joule) + " tokens/J)" : "")
+                                 : "not measured");
     }
     bars("GPU energy per step (J, lower is better)", "the GPU's energy counter over the measured steps", joules,
          joule_labels, linear(*std::max_element(joules.begin(), joules.end())));

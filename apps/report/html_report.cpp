@@ -120,13 +120,15 @@ std::string time_breakdown_section(const Comparison& c) {
   for (const auto& r : c.rows) {
     if (!r.breakdown) continue;
     const TimeBreakdown& b = *r.breakdown;
-    out += "<tr><td>" + xml_escape(r.label) + "</td>" + strprintf("<td>%.3f</td><td>%.3f</td>", b.step_ms, b.gpu_busy_ms);
+    out +=
+        "<tr><td>" + xml_escape(r.label) + "</td>" + strprintf("<td>%.3f</td><td>%.3f</td>", b.step_ms, b.gpu_busy_ms);
     for (auto cat : kernel_categories()) out += strprintf("<td>%.3f</td>", b.ms_per_step[static_cast<size_t>(cat)]);
     out += strprintf("<td>%.3f</td></tr>\n", b.host_gap_ms);
   }
-  out += "</table>\n<p class=\"note\">ms per step. GPU busy: the profiled GPU activity per step (kernels, copies, "
-         "fills) from --profile, split by the kernel's name (apps/report/kernel_categories.cpp); host gap: the median "
-         "step time minus GPU busy, the time the GPU waited for the host.</p>\n";
+  out +=
+      "</table>\n<p class=\"note\">ms per step. GPU busy: the profiled GPU activity per step (kernels, copies, "
+      "fills) from --profile, split by the kernel's name (apps/report/kernel_categories.cpp); host gap: the median "
+      "step time minus GPU busy, the time the GPU waited for the host.</p>\n";
   for (const auto& r : c.rows) {
     if (!r.breakdown || r.breakdown->other_kernels.empty()) continue;
     out += "<details><summary>" + xml_escape(r.label) + ": " + std::to_string(r.breakdown->other_kernels.size()) +
@@ -185,8 +187,8 @@ std::string to_html(const Comparison& c, const std::vector<Result>& results, con
   out += "<h2>Roofline</h2>\n";
   if (rooflines.empty())
     out +=
-        "<p class=\"note\">No roofline report in this folder (scripts/profile_roofline.sh writes one; README, "
-        "\"The roofline report\").</p>\n";
+        "<p class=\"note\">No roofline report in this folder (scripts/profile_roofline.sh writes one; "
+        "docs/roofline-energy.md, \"The roofline report\").</p>\n";
   for (const auto& json_path : rooflines) {
     fs::path svg = json_path;
     svg.replace_extension(".svg");

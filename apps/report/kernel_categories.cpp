@@ -101,6 +101,13 @@ KernelCategory categorize_kernel(const std::string& raw_name, const std::string&
   return KernelCategory::kOther;
 }
 
+std::string short_kernel_name(const std::string& name, size_t width) {
+  std::string out = name.rfind("void ", 0) == 0 ? name.substr(5) : name;
+  for (const std::string noise : {"at::native::", "(anonymous namespace)::", "std::"})
+    for (size_t at = out.find(noise); at != std::string::npos; at = out.find(noise, at)) out.erase(at, noise.size());
+  return out.size() <= width ? out : out.substr(0, width - 3) + "...";
+}
+
 bool has_gpu_profile(const nlohmann::json& result) {
   if (!result.contains("profile") || !result["profile"].is_object()) return false;
   const auto& p = result["profile"];

@@ -32,6 +32,10 @@ const char* to_string(KernelCategory category);
 // or not). Names the rule does not know are kOther.
 KernelCategory categorize_kernel(const std::string& name, const std::string& kind = "kernel");
 
+// A kernel's name shortened for a line of text: without "void ", the return type's and ATen's namespaces
+// ("at::native::", "(anonymous namespace)::", "std::"), cut to `width` characters.
+std::string short_kernel_name(const std::string& name, size_t width = 110);
+
 // One result's GPU time per step by category, from its "profile" object (GPU runs only).
 struct TimeBreakdown {
   double ms_per_step[kKernelCategoryCount] = {};
