@@ -73,6 +73,12 @@ TEST(Exercise, SummaryJudgesByGpuTimeWithinTheBandAndShowsEachPitfallsFigure) {
   // The band: GPU 2 % (every stage's repeats differ by 2 %), wall 27 % ((10.5 - 8) / 9.25).
   EXPECT_NE(text.find("GPU time ±2.0%"), std::string::npos) << text;
   EXPECT_NE(text.find("wall time ±27.0%"), std::string::npos) << text;
+  // The table prints "noise" for a speed inside the band, never the wall clock's 1.20x "speedup".
+  const size_t row = text.find("\nmissing-init ");
+  ASSERT_NE(row, std::string::npos) << text;
+  const std::string missing_init_row = text.substr(row + 1, text.find('\n', row + 1) - row - 1);
+  EXPECT_EQ(missing_init_row.find("1.20x"), std::string::npos) << missing_init_row;
+  EXPECT_NE(missing_init_row.find("noise"), missing_init_row.rfind("noise")) << "both speeds: " << missing_init_row;
   auto block = [&](const std::string& pitfall) {
     const size_t at = text.find("  " + pitfall + ": ");
     EXPECT_NE(at, std::string::npos) << pitfall << "\n" << text;

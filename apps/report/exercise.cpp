@@ -61,6 +61,17 @@ struct Stage {
   }
 };
 
+bool within_band(double time_ms, double reference_ms, std::optional<double> band) {
+  return band && std::fabs(time_ms / reference_ms - 1.0) <= *band;
+}
+
+// The table's speed cell: "ref" for the reference, "noise" inside the band, else reference / this time.
+std::string speed_cell(double time_ms, double reference_ms, std::optional<double> band, bool reference) {
+  if (reference) return "ref";
+  if (std::isnan(time_ms) || std::isnan(reference_ms)) return "-";
+  return within_band(time_ms, reference_ms, band) ? "noise" : strprintf("%.2fx", reference_ms / time_ms);
+}
+
 std::string ms_or_dash(const std::optional<double>& v) { return v ? strprintf("%.3f", *v) : std::string("-"); }
 
 std::string band_text(const std::optional<double>& band) {
@@ -84,7 +95,7 @@ std::string own_figure(const Stage& s, const Stage* reference) {
     if (!s.mean_of(swiglu)) return "SwiGLU kernels' GPU time: needs --profile on a GPU";
     return "SwiGLU kernels' GPU time " +
            against(s.mean_of(swiglu), reference ? reference->mean_of(swiglu) : std::nullopt, " ms/step") +
-           " (which adds one .contiguous() copy, counted in its GPU time per step)";
+           " (v3 adds one .contiguous() copy instead, which its GPU time per step counts)";
   }
   if (s.pitfall == "no-sync-timing") {
     const auto host = s.mean_of([](const Row& r) { return r.host_clock_step_ms; });
@@ -121,7 +132,7 @@ std::optional<double> noise_band(const std::vector<std::vector<double>>& runs_pe
 
 std::string speed_verdict(double time_ms, double reference_ms, std::optional<double> band) {
   const double ratio = time_ms / reference_ms;
-  if (band && std::fabs(ratio - 1.0) <= *band) return "no speed effect (within noise)";
+  if (within_band(time_ms, reference_ms, band)) return "no speed effect (within noise)";
   const std::string effect = ratio >= 1 ? strprintf("%.2fx slower", ratio) : strprintf("%.2fx faster", 1.0 / ratio);
   return band ? effect : effect + " (noise unknown: one run each)";
 }
@@ -158,7 +169,7 @@ std::string format_exercise(const Comparison& c) {
   out += "noise band (the largest spread between runs of one stage): GPU time " +
          (gpu_everywhere ? band_text(gpu_band) : std::string("- (needs --profile on a GPU)")) + ", wall time " +
          band_text(wall_band) + "\n";
-  out += strprintf("%-16s %4s %10s %10s %11s %7s %12s %7s %8s\n", "pitfall", "runs", "first loss", "final loss",
+  out += strprintf("%-16s %4s %10s %10s %11s %6s %12s %6s %8s\n", "pitfall", "runs", "first loss", "final loss",
                    "GPU ms/step", "speed", "wall ms/step", "speed", "J/step");
   const double ref_wall = reference ? mean(reference->wall_ms()) : NAN;
   const std::vector<double> ref_gpu_runs = reference ? reference->gpu_ms() : std::vector<double>{};
@@ -168,17 +179,17 @@ std::string format_exercise(const Comparison& c) {
     const std::vector<double> gpu_v = s.gpu_ms();
     const std::optional<double> gpu = gpu_v.empty() ? std::nullopt : std::optional<double>(mean(gpu_v));
     const auto energy = s.mean_of([](const Row& r) { return r.energy_j_per_step; });
-    out += strprintf("%-16s %4zu %10.4f %10.4f %11s %7s %12.3f %7s %8s\n", s.pitfall.c_str(), s.runs.size(),
+    const bool is_reference = &s == reference;
+    out += strprintf("%-16s %4zu %10.4f %10.4f %11s %6s %12.3f %6s %8s\n", s.pitfall.c_str(), s.runs.size(),
                      s.mean_of([](const Row& r) { return std::optional<double>(r.first_loss); }).value_or(NAN),
                      s.mean_of([](const Row& r) { return std::optional<double>(r.final_loss); }).value_or(NAN),
-                     ms_or_dash(gpu).c_str(),
-                     gpu && !std::isnan(ref_gpu) ? strprintf("%.2fx", ref_gpu / *gpu).c_str() : "-", wall,
-                     reference ? strprintf("%.2fx", ref_wall / wall).c_str() : "-",
+                     ms_or_dash(gpu).c_str(), speed_cell(gpu.value_or(NAN), ref_gpu, gpu_band, is_reference).c_str(),
+                     wall, speed_cell(wall, ref_wall, wall_band, is_reference).c_str(),
                      energy ? strprintf("%.3f", *energy).c_str() : "-");
   }
   out +=
-      "speed: the reference's time per step / this one's (mean over the runs); GPU ms/step: the kernels' time per "
-      "step from --profile, which launch gaps on the host do not change\n";
+      "speed: the reference's time per step / this one's (means over the runs), \"noise\" inside the noise band; "
+      "GPU ms/step: the kernels' time per step from --profile, which launch gaps on the host do not change\n";
   for (const auto& s : stages) {
     if (&s == reference) continue;
     out += "  " + s.pitfall + ": ";
