@@ -100,8 +100,11 @@ std::string own_figure(const Stage& s, const Stage* reference) {
   if (s.pitfall == "no-sync-timing") {
     const auto host = s.mean_of([](const Row& r) { return r.host_clock_step_ms; });
     if (!host) return "host clock: not in these results";
+    const bool gpu = !s.gpu_ms().empty();
     return "step by the host clock without a sync " + strprintf("%.3f ms", *host) + " against " +
-           strprintf("%.3f ms", mean(s.wall_ms())) + " by device events (the host clock measures the launches)";
+           strprintf("%.3f ms", mean(s.wall_ms())) + " by device events" +
+           (gpu ? " (the host clock measures the launches, not the GPU's work)"
+                : " (a CPU run: the work is synchronous, so the two agree)");
   }
   if (s.pitfall == "naive-swiglu") {
     const auto share = s.mean_of([](const Row& r) -> std::optional<double> {
@@ -177,14 +180,15 @@ std::string format_exercise(const Comparison& c) {
   for (const auto& s : stages) {
     const double wall = mean(s.wall_ms());
     const std::vector<double> gpu_v = s.gpu_ms();
-    const std::optional<double> gpu = gpu_v.empty() ? std::nullopt : std::optional<double>(mean(gpu_v));
+    const double gpu = gpu_v.empty() ? NAN : mean(gpu_v);  // NaN: no GPU profile
     const auto energy = s.mean_of([](const Row& r) { return r.energy_j_per_step; });
     const bool is_reference = &s == reference;
     out += strprintf("%-16s %4zu %10.4f %10.4f %11s %6s %12.3f %6s %8s\n", s.pitfall.c_str(), s.runs.size(),
                      s.mean_of([](const Row& r) { return std::optional<double>(r.first_loss); }).value_or(NAN),
                      s.mean_of([](const Row& r) { return std::optional<double>(r.final_loss); }).value_or(NAN),
-                     ms_or_dash(gpu).c_str(), speed_cell(gpu.value_or(NAN), ref_gpu, gpu_band, is_reference).c_str(),
-                     wall, speed_cell(wall, ref_wall, wall_band, is_reference).c_str(),
+                     std::isnan(gpu) ? "-" : strprintf("%.3f", gpu).c_str(),
+                     speed_cell(gpu, ref_gpu, gpu_band, is_reference).c_str(), wall,
+                     speed_cell(wall, ref_wall, wall_band, is_reference).c_str(),
                      energy ? strprintf("%.3f", *energy).c_str() : "-");
   }
   out +=
