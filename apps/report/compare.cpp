@@ -450,7 +450,8 @@ std::string other_kernels_text(const Row& r, bool markdown) {
 
 // The stacked bars, drawn at vertical offset y into svg; returns the height used.
 double draw_breakdown(std::ostringstream& svg, const Comparison& c, double y) {
-  constexpr double kLabelRight = 232, kBarLeft = 242, kBarRight = 842, kBarHeight = 22, kRowGap = 10;
+  // The bars end at 770 px of the 1000: the label after the longest bar ("31.14 ms (GPU busy 17%)") fits.
+  constexpr double kLabelRight = 232, kBarLeft = 242, kBarRight = 770, kBarHeight = 22, kRowGap = 10;
   const auto rows = profiled_rows(c);
   if (rows.empty()) return 0;
   auto num = [](double v) { return strprintf("%.1f", v); };
