@@ -59,14 +59,15 @@ TEST(TeachingGpu, EveryPitfallTrainsAndRecordsItsResult) {
   }
 }
 
-// A window far too short for the counter (10 smoke steps, a few ms) still gets a figure, from extra steps after
+// A window far too short for the counter (one smoke step: a few ms, where 20 refreshes of a counter polled every
+// millisecond take at least 20 ms) still gets a figure, from extra steps after
 // the run, and they change nothing the run records or saves: the losses are the counted steps', and the
 // end-of-run checkpoint hook sees the optimizer at the last counted step.
 TEST(TeachingGpu, ShortWindowGetsItsEnergyFromExtraStepsThatChangeNothingRecorded) {
   TT_SKIP_WITHOUT_GPU_KERNELS();
   if (!EnergyMeter(torch::kCUDA).available()) GTEST_SKIP() << "no NVML energy counter on this GPU";
   RunConfig c = gpu_smoke();
-  c.training.num_steps = 10;
+  c.training.num_steps = 1;
   Trainer trainer(stages::v3_custom(), c, torch::kCUDA);
   RunExtras extras;
   int64_t steps_at_checkpoint = -1;
