@@ -371,3 +371,64 @@ TEST(Compare, WritesOneSelfContainedHtmlReportWithTheFoldersRoofline) {
 
 }  // namespace
 }  // namespace tt::compare
+
+namespace tt::compare {
+namespace {
+
+std::string profiled(const std::string& stage) {
+  return std::string(TT_SOURCE_DIR) + "/tests/fixtures/compare/profiled/" + stage + ".json";
+}
+
+// Where the time goes: v1..v4 with real-looking profiles get the category table, the stacked bars in the chart
+// and in report.html, and the kernels left in "other" listed.
+TEST(Compare, ProfiledResultsShowWhereTheTimeGoes) {
+  const std::string dir = temp_dir("breakdown");
+  const auto r = compare({profiled("v1_baseline"), profiled("v2_fused"), profiled("v3_custom"), profiled("v4_ultra"),
+                          "--output-dir", dir});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("where the time goes (ms per step)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("kernel names in \"other\""), std::string::npos) << r.out;
+  const Comparison c = build_comparison(
+      load_results({profiled("v1_baseline"), profiled("v2_fused"), profiled("v3_custom"), profiled("v4_ultra")}));
+  const Row& v4 = row_of(c, "v4_ultra");
+  ASSERT_TRUE(v4.breakdown.has_value());
+  EXPECT_NEAR(v4.breakdown->ms_per_step[static_cast<size_t>(KernelCategory::kGemm)], 0.612, 1e-9);
+  EXPECT_NEAR(v4.breakdown->ms_per_step[static_cast<size_t>(KernelCategory::kOptimizer)], 0.247, 1e-9);
+  EXPECT_NEAR(v4.breakdown->host_gap_ms, 1.51 - 1.411, 1e-9);
+  const std::string html = read_file(dir + "/report.html");
+  const size_t section = html.find("<h2>Where the time goes</h2>");
+  ASSERT_NE(section, std::string::npos);
+  EXPECT_LT(section, html.find("<h2>Chart</h2>")) << "the bars come before the chart";
+  for (auto cat : kernel_categories()) EXPECT_NE(html.find(std::string(">") + to_string(cat) + "</text>"), std::string::npos) << to_string(cat);
+  EXPECT_NE(html.find(">host gap</text>"), std::string::npos);
+  EXPECT_NE(html.find("v4_ultra: GEMM 0.612 ms per step"), std::string::npos) << "a segment's tooltip";
+  EXPECT_NE(html.find("kernel names in \"other\""), std::string::npos);
+  EXPECT_NE(read_file(dir + "/comparison.svg").find("Where the time goes"), std::string::npos);
+  EXPECT_NE(read_file(dir + "/comparison.md").find("### Where the time goes"), std::string::npos);
+  // Without a GPU profile there is nothing to split.
+  EXPECT_EQ(format_time_breakdown(build_comparison(load_results({fixture("v1_baseline.json")}))), "");
+}
+
+// The graph pool's memory note belongs to a graph replayed on a GPU; a graph stage run on the CPU ran eagerly.
+TEST(Compare, GraphPoolMemoryNoteOnlyForAGraphReplayedOnAGpu) {
+  const std::string dir = temp_dir("cpu_graph");
+  const std::string cpu_v4 = modified_fixture(
+      "v3_custom.json",
+      [](nlohmann::json& j) {
+        j["stage"]["name"] = "v4_ultra";
+        j["stage"]["components"]["step"] =
+            "eager: op by op through LibTorch's autograd (this run is on the CPU: graphs need a GPU)";
+        j["system"]["device"] = "cpu";
+        j.erase("profile");
+      },
+      dir);
+  const Comparison cpu = build_comparison(load_results({fixture("v1_baseline.json"), cpu_v4}));
+  EXPECT_EQ(cpu.memory_field, "peak_allocated_mb");
+  EXPECT_EQ(format_table(cpu).find("graph"), std::string::npos) << format_table(cpu);
+  const Comparison gpu = build_comparison(load_results({fixture("v1_baseline.json"), profiled("v4_ultra")}));
+  EXPECT_EQ(gpu.memory_field, "peak_reserved_mb");
+  EXPECT_NE(format_table(gpu).find("replayed its step as a graph"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tt::compare

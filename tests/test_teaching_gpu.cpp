@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "apps/report/results.h"
+#include "apps/report/training_run.h"
 #include "apps/train/energy.h"
 #include "tests/helpers.h"
 #include "tests/kernel_checks.h"
@@ -56,6 +57,35 @@ TEST(TeachingGpu, EveryPitfallTrainsAndRecordsItsResult) {
       EXPECT_TRUE(result["summary"]["host_clock_ms"][phase].is_object()) << "host clock for " << phase;
     }
   }
+}
+
+// A window far too short for the counter (one smoke step: a few ms, where 20 refreshes of a counter polled every
+// millisecond take at least 20 ms) still gets a figure, from extra steps after
+// the run, and they change nothing the run records or saves: the losses are the counted steps', and the
+// end-of-run checkpoint hook sees the optimizer at the last counted step.
+TEST(TeachingGpu, ShortWindowGetsItsEnergyFromExtraStepsThatChangeNothingRecorded) {
+  TT_SKIP_WITHOUT_GPU_KERNELS();
+  if (!EnergyMeter(torch::kCUDA).available()) GTEST_SKIP() << "no NVML energy counter on this GPU";
+  RunConfig c = gpu_smoke();
+  c.training.num_steps = 1;
+  Trainer trainer(stages::v3_custom(), c, torch::kCUDA);
+  RunExtras extras;
+  int64_t steps_at_checkpoint = -1;
+  extras.after_last_counted_step = [&] { steps_at_checkpoint = trainer.optimizer().step_count(); };
+  std::ostringstream log;
+  const auto result = run_training(trainer, extras, log);
+  const int64_t counted = c.training.warmup_steps + c.training.num_steps;
+  EXPECT_EQ(steps_at_checkpoint, counted);
+  EXPECT_EQ(result["losses"].size(), static_cast<size_t>(counted));
+  const auto& s = result["summary"];
+  ASSERT_TRUE(s["energy_j_per_step"].is_number()) << s["energy_note"];
+  EXPECT_GT(s["energy_j_per_step"].get<double>(), 0.0);
+  EXPECT_EQ(s["energy_window"]["extra_steps"], true) << s["energy_window"];
+  const int64_t extra = s["energy_window"]["steps"].get<int64_t>();
+  EXPECT_GE(extra, 1);
+  EXPECT_EQ(trainer.optimizer().step_count(), counted + extra) << "the extra steps ran after the hook";
+  EXPECT_GE(s["energy_window"]["seconds"].get<double>(),
+            kEnergyMinRefreshes * s["energy_window"]["counter_refresh_ms"].get<double>() / 1e3);
 }
 
 // Where NVML is there (every NVIDIA driver installs it) the run has a figure; elsewhere a note says why.

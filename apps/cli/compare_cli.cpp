@@ -101,7 +101,7 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out, std::o
   for (const auto& d : find_notes(all)) err << "compare: note: " << d.describe() << "\n";
 
   const Comparison comparison = build_comparison(all, baseline_path.empty() ? std::nullopt : std::optional<size_t>(0));
-  out << format_table(comparison) << format_lessons(comparison);
+  out << format_table(comparison) << format_lessons(comparison) << format_time_breakdown(comparison);
 
   const fs::path dir = parsed.count("output-dir") ? fs::path(parsed["output-dir"].as<std::string>())
                                                   : fs::path(files.front()).parent_path();

@@ -105,11 +105,16 @@ std::optional<std::string> refuse_existing(const char* what, const std::string& 
 
 // The energy figure (or why there is none) and, for the timing pitfall, the host clock beside the events.
 void print_teaching_lines(const std::string& stage, const nlohmann::json& s) {
-  if (s["energy_j_per_step"].is_number())
-    std::printf("[%s] energy %.3f J/step | %.0f tokens/J\n", stage.c_str(), s["energy_j_per_step"].get<double>(),
-                s["tokens_per_joule"].is_number() ? s["tokens_per_joule"].get<double>() : NAN);
-  else
+  if (s["energy_j_per_step"].is_number()) {
+    const auto& w = s["energy_window"];
+    std::printf("[%s] energy %.3f J/step | %.0f tokens/J | over %lld %s steps (%.2f s)\n", stage.c_str(),
+                s["energy_j_per_step"].get<double>(),
+                s["tokens_per_joule"].is_number() ? s["tokens_per_joule"].get<double>() : NAN,
+                static_cast<long long>(w["steps"].get<int64_t>()),
+                w["extra_steps"].get<bool>() ? "extra, unrecorded" : "measured", w["seconds"].get<double>());
+  } else {
     std::printf("[%s] %s\n", stage.c_str(), s["energy_note"].get<std::string>().c_str());
+  }
   if (!s.contains("host_clock_ms")) return;
   const auto& host = s["host_clock_ms"];
   auto median = [](const nlohmann::json& spread) { return spread.is_null() ? NAN : spread["median"].get<double>(); };
@@ -379,13 +384,16 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
     extras.eval_data = std::move(eval_data);
     extras.eval_every = options.eval_every;
     if (options.profile_steps > 0) extras.profile = {options.profile_steps, trace};
+    // The checkpoint holds the last counted step: written before the extra steps of --profile and of the
+    // energy figure (apps/report/training_run.h).
+    extras.after_last_counted_step = [&] {
+      if (!writes_files || options.save_checkpoint.empty()) return;
+      trainer.save_checkpoint(options.save_checkpoint, options.overwrite);
+      std::cout << "checkpoint written to " << options.save_checkpoint << std::endl;
+    };
     nlohmann::json result = run_training(trainer, extras, log);
     if (!writes_files) return 0;
     if (!options.scaling_baseline.empty()) fill_scaling_efficiency(result, options.scaling_baseline);
-    if (!options.save_checkpoint.empty()) {
-      trainer.save_checkpoint(options.save_checkpoint, options.overwrite);
-      std::cout << "checkpoint written to " << options.save_checkpoint << std::endl;
-    }
     write_json_atomically(output, result, options.overwrite);
     const auto& s = result["summary"];
     // The caching allocator's peak exists on the GPU only.

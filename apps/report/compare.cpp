@@ -12,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "apps/report/exercise.h"
 #include "apps/report/results.h"
 #include "apps/train/format.h"
 
@@ -104,15 +105,15 @@ struct Cell {
 };
 const std::vector<std::string> kHeaders = {
     "stage", "median ms [p10–p90]", "samples/s",  "tokens/s", "speedup", "peak MB", "mem. reduction", "TFLOP/s",
-    "MFU",   "kernels/step",        "final loss", "Δ loss",         "J/step"};
+    "MFU",   "kernels/step",        "final loss", "Δ loss",   "J/step"};
 
 std::vector<std::vector<Cell>> table_cells(const Comparison& c) {
   std::vector<std::vector<Cell>> rows;
   for (const auto& r : c.rows) {
     std::vector<Cell> cells;
     cells.push_back({r.label, true});
-    cells.push_back(
-        {strprintf("%.2f", r.median_ms) + " [" + strprintf("%.2f", r.p10_ms) + "–" + strprintf("%.2f", r.p90_ms) + "]"});
+    cells.push_back({strprintf("%.2f", r.median_ms) + " [" + strprintf("%.2f", r.p10_ms) + "–" +
+                     strprintf("%.2f", r.p90_ms) + "]"});
     cells.push_back({strprintf("%.1f", r.samples_per_s)});
     cells.push_back({thousands(r.tokens_per_s)});
     cells.push_back({strprintf("%.2fx", r.speedup)});
@@ -259,9 +260,14 @@ Comparison build_comparison(const std::vector<Result>& results, std::optional<si
                              ? std::string("v3 as shipped (--pitfall none), the debugging exercise's stage 5")
                              : std::string("the first file (no ") + kReferenceStage + " result given)";
   }
+  // Only a step that replayed a graph on a GPU: on the CPU the graph stage runs eagerly, though its step
+  // description names graphs ("eager: ... (this run is on the CPU: graphs need a GPU)"), and there is no GPU
+  // memory at all.
   for (const auto& r : results) {
     const auto* step = find(r.json, "stage.components.step");
-    if (step && step->is_string() && step->get<std::string>().find("graph") != std::string::npos)
+    const auto* device = find(r.json, "system.device");
+    const bool on_gpu = device && device->is_string() && device->get<std::string>() != "cpu";
+    if (on_gpu && step && step->is_string() && step->get<std::string>().find("graph") != std::string::npos)
       c.memory_field = "peak_reserved_mb";
   }
   const nlohmann::json& ref = results[c.reference].json;
@@ -300,6 +306,12 @@ Comparison build_comparison(const std::vector<Result>& results, std::optional<si
       row.lesson = p->value("lesson", "");
     }
     row.first_loss = s["first_loss"].is_number() ? s["first_loss"].get<double>() : std::nan("");
+    row.host_clock_step_ms = number_at(j, "summary.host_clock_ms.step_ms.median");
+    if (j.contains("profile")) row.profile = j["profile"];
+    if (has_gpu_profile(j)) {
+      row.breakdown = time_breakdown(j);
+      row.gpu_ms_per_step = row.breakdown->gpu_busy_ms;
+    }
     c.rows.push_back(std::move(row));
   }
   c.config_name = ref["config"]["name"];
@@ -358,6 +370,7 @@ std::string to_markdown(const Comparison& c) {
   out += "\n" + reference_line(c) + ".\n\n" + std::string(kColumnNotes) + ".\n";
   if (const std::string lessons = format_lessons(c); !lessons.empty()) out += "\n```\n" + lessons + "```\n";
   if (c.memory_field != "peak_allocated_mb") out += memory_line(c) + ".\n";
+  if (c.has_breakdown()) out += "\n" + time_breakdown_markdown(c);
   if (!c.mfu_note.empty()) out += "MFU basis: " + c.mfu_note + ".\n";
   if (!c.notes.empty()) {
     out += "\nNotes (differences that do not stop the comparison):\n\n";
@@ -374,18 +387,216 @@ std::string to_csv(const Comparison& c) {
                     "energy_j_per_step,tokens_per_joule\n";
   auto opt = [](const std::optional<double>& v) { return v ? strprintf("%.6g", *v) : std::string(); };
   for (const auto& r : c.rows) {
-    out += csv_field(r.label) + "," + csv_field(r.stage) + "," + csv_field(r.path) + "," + strprintf("%.6g", r.median_ms) +
-           "," + strprintf("%.6g", r.p10_ms) + "," + strprintf("%.6g", r.p90_ms) + "," + strprintf("%.6g", r.samples_per_s) +
-           "," + strprintf("%.6g", r.tokens_per_s) + "," + strprintf("%.6g", r.speedup) + "," +
-           (r.peak_mb > 0 ? strprintf("%.6g", r.peak_mb) : "") + "," + opt(r.peak_reduction) + "," +
-           strprintf("%.6g", r.tflops) + "," + opt(r.mfu) + "," + opt(r.kernels_per_step) + "," +
-           strprintf("%.6g", r.final_loss) + "," + strprintf("%.6g", r.loss_delta) + "," + (r.reference ? "yes" : "no") +
-           "," + opt(r.energy_j_per_step) + "," + opt(r.tokens_per_joule) + "\n";
+    out += csv_field(r.label) + "," + csv_field(r.stage) + "," + csv_field(r.path) + "," +
+           strprintf("%.6g", r.median_ms) + "," + strprintf("%.6g", r.p10_ms) + "," + strprintf("%.6g", r.p90_ms) +
+           "," + strprintf("%.6g", r.samples_per_s) + "," + strprintf("%.6g", r.tokens_per_s) + "," +
+           strprintf("%.6g", r.speedup) + "," + (r.peak_mb > 0 ? strprintf("%.6g", r.peak_mb) : "") + "," +
+           opt(r.peak_reduction) + "," + strprintf("%.6g", r.tflops) + "," + opt(r.mfu) + "," +
+           opt(r.kernels_per_step) + "," + strprintf("%.6g", r.final_loss) + "," + strprintf("%.6g", r.loss_delta) +
+           "," + (r.reference ? "yes" : "no") + "," + opt(r.energy_j_per_step) + "," + opt(r.tokens_per_joule) + "\n";
   }
   return out;
 }
 
-std::string to_svg(const Comparison& c) {
+// --- Where the time goes ---------------------------------------------------------------------------
+namespace {
+
+constexpr const char* kHostGap = "host gap";
+constexpr const char* kBreakdownNote =
+    "GPU ms per step by kernel category from each result's --profile steps (apps/report/kernel_categories.cpp "
+    "names the rule); host gap: median step time - GPU busy, the time the GPU waited for the host";
+// One colour per category in kernel_categories() order, then the host gap's.
+const char* const kCategoryColours[kKernelCategoryCount] = {"#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2",
+                                                            "#B279A2", "#9D755D", "#EECA3B", "#FF9DA6", "#BAB0AC"};
+constexpr const char* kHostGapColour = "#F2F2F2";
+constexpr size_t kOtherKernelsListed = 5;
+
+std::vector<const Row*> profiled_rows(const Comparison& c) {
+  std::vector<const Row*> rows;
+  for (const auto& r : c.rows)
+    if (r.breakdown) rows.push_back(&r);
+  return rows;
+}
+
+std::vector<std::string> breakdown_headers() {
+  std::vector<std::string> h = {"stage", "step ms", "GPU busy"};
+  for (auto cat : kernel_categories()) h.push_back(to_string(cat));
+  h.push_back(kHostGap);
+  return h;
+}
+
+std::vector<std::string> breakdown_cells(const Row& r) {
+  const TimeBreakdown& b = *r.breakdown;
+  std::vector<std::string> cells = {r.label, strprintf("%.3f", b.step_ms), strprintf("%.3f", b.gpu_busy_ms)};
+  for (auto cat : kernel_categories()) cells.push_back(strprintf("%.3f", b.ms_per_step[static_cast<size_t>(cat)]));
+  cells.push_back(strprintf("%.3f", b.host_gap_ms));
+  return cells;
+}
+
+// The kernels the category rule left in "other", largest first: one line each under a heading line.
+std::string other_kernels_text(const Row& r, bool markdown) {
+  const std::string bullet = markdown ? "- " : "", item = markdown ? "  - " : "    ", code = markdown ? "`" : "";
+  const auto& others = r.breakdown->other_kernels;
+  if (others.empty()) return "";
+  std::string out =
+      bullet + r.label + ": " + std::to_string(others.size()) +
+      (others.size() == 1 ? " kernel name" : " kernel names") + " in \"other\" (" +
+      strprintf("%.3f ms per step", r.breakdown->ms_per_step[static_cast<size_t>(KernelCategory::kOther)]) + ")" +
+      (others.size() > kOtherKernelsListed ? ", the largest:\n" : ":\n");
+  for (size_t i = 0; i < others.size() && i < kOtherKernelsListed; ++i)
+    out += item + strprintf("%.3f ms  ", others[i].second) + code + short_kernel_name(others[i].first) + code + "\n";
+  return out;
+}
+
+// The stacked bars, drawn at vertical offset y into svg; returns the height used.
+double draw_breakdown(std::ostringstream& svg, const Comparison& c, double y) {
+  // The bars end at 770 px of the 1000: the label after the longest bar ("31.14 ms (GPU busy 17%)") fits.
+  constexpr double kLabelRight = 232, kBarLeft = 242, kBarRight = 770, kBarHeight = 22, kRowGap = 10;
+  const auto rows = profiled_rows(c);
+  if (rows.empty()) return 0;
+  auto num = [](double v) { return strprintf("%.1f", v); };
+  auto text = [&](double x, double ty, const std::string& s, const std::string& attrs) {
+    svg << "<text x=\"" << num(x) << "\" y=\"" << num(ty) << "\" " << attrs << ">" << xml_escape(s) << "</text>\n";
+  };
+  text(20, y + 20, "Where the time goes (GPU ms per step by kernel category, and the host gap)",
+       "font-size=\"15\" font-weight=\"bold\" fill=\"#222\"");
+  text(20, y + 37,
+       "from --profile; above, one scale for every stage (the bar is the median step); below, each step as 100%; "
+       "host gap = step time - GPU busy",
+       "font-size=\"12\" fill=\"#666\"");
+  // Legend: the categories and the host gap, in bar order.
+  double lx = 20, ly = y + 56;
+  auto legend = [&](const char* colour, const std::string& name) {
+    const double w = 16 + 7.0 * static_cast<double>(name.size()) + 14;
+    if (lx + w > 960) {
+      lx = 20;
+      ly += 18;
+    }
+    svg << "<rect x=\"" << num(lx) << "\" y=\"" << num(ly - 10) << "\" width=\"12\" height=\"12\" fill=\"" << colour
+        << "\" stroke=\"#999\" stroke-width=\"0.5\"></rect>\n";
+    text(lx + 16, ly, name, "font-size=\"12\" fill=\"#222\"");
+    lx += w;
+  };
+  for (auto cat : kernel_categories()) legend(kCategoryColours[static_cast<size_t>(cat)], to_string(cat));
+  legend(kHostGapColour, kHostGap);
+  double max_ms = 0;
+  for (const Row* r : rows) max_ms = std::max({max_ms, r->breakdown->step_ms, r->breakdown->gpu_busy_ms});
+  double row_y = ly + 16;
+  // One set of bars: `scale` maps a row's milliseconds to pixels; `note` labels the bar's end.
+  auto bars = [&](const std::string& subtitle, const std::function<double(const TimeBreakdown&)>& scale,
+                  const std::function<std::string(const TimeBreakdown&)>& note) {
+    text(kLabelRight, row_y + 4, subtitle, "font-size=\"12\" text-anchor=\"end\" font-style=\"italic\" fill=\"#555\"");
+    row_y += 12;
+    for (const Row* r : rows) {
+      const TimeBreakdown& b = *r->breakdown;
+      text(kLabelRight, row_y + kBarHeight * 0.7, fit_label(r->label),
+           "font-size=\"13\" text-anchor=\"end\" fill=\"#222\"");
+      const double px_per_ms = scale(b);
+      double x = kBarLeft;
+      auto segment = [&](double ms, const char* colour, const std::string& name) {
+        if (ms <= 0) return;
+        svg << "<rect x=\"" << num(x) << "\" y=\"" << num(row_y) << "\" width=\"" << strprintf("%.2f", ms * px_per_ms)
+            << "\" height=\"" << num(kBarHeight) << "\" fill=\"" << colour
+            << "\" stroke=\"#fff\" stroke-width=\"0.5\"><title>"
+            << xml_escape(
+                   r->label + ": " + name + " " +
+                   strprintf("%.3f ms per step (%.0f%% of the step)", ms, b.step_ms > 0 ? 100.0 * ms / b.step_ms : 0.0))
+            << "</title></rect>\n";
+        x += ms * px_per_ms;
+      };
+      for (auto cat : kernel_categories())
+        segment(b.ms_per_step[static_cast<size_t>(cat)], kCategoryColours[static_cast<size_t>(cat)], to_string(cat));
+      segment(b.host_gap_ms, kHostGapColour, kHostGap);
+      svg << "<rect x=\"" << num(kBarLeft) << "\" y=\"" << num(row_y) << "\" width=\""
+          << strprintf("%.2f", x - kBarLeft) << "\" height=\"" << num(kBarHeight)
+          << "\" fill=\"none\" stroke=\"#888\"></rect>\n";
+      text(x + 6, row_y + kBarHeight * 0.7, note(b), "font-size=\"12\" fill=\"#222\"");
+      row_y += kBarHeight + kRowGap;
+    }
+    row_y += 8;
+  };
+  const double width = kBarRight - kBarLeft;
+  bars(
+      "ms per step", [&](const TimeBreakdown&) { return max_ms > 0 ? width / max_ms : 0; },
+      [](const TimeBreakdown& b) {
+        return strprintf("%.2f ms (GPU busy %.0f%%)", b.step_ms,
+                         b.step_ms > 0 ? 100.0 * b.gpu_busy_ms / b.step_ms : 0.0);
+      });
+  bars(
+      "share of the step",
+      [&](const TimeBreakdown& b) {
+        const double total = std::max(b.step_ms, b.gpu_busy_ms);
+        return total > 0 ? width / total : 0;
+      },
+      [](const TimeBreakdown& b) {
+        const double total = std::max(b.step_ms, b.gpu_busy_ms);
+        return strprintf("GEMM %.0f%%, host gap %.0f%%",
+                         total > 0 ? 100.0 * b.ms_per_step[static_cast<size_t>(KernelCategory::kGemm)] / total : 0.0,
+                         total > 0 ? 100.0 * b.host_gap_ms / total : 0.0);
+      });
+  return row_y - y + 10;
+}
+
+}  // namespace
+
+bool Comparison::has_breakdown() const {
+  return std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.breakdown.has_value(); });
+}
+
+std::string format_time_breakdown(const Comparison& c) {
+  const auto rows = profiled_rows(c);
+  if (rows.empty()) return "";
+  const auto headers = breakdown_headers();
+  std::vector<std::vector<std::string>> cells;
+  for (const Row* r : rows) cells.push_back(breakdown_cells(*r));
+  std::vector<size_t> width(headers.size());
+  for (size_t k = 0; k < headers.size(); ++k) {
+    width[k] = display_width(headers[k]);
+    for (const auto& row : cells) width[k] = std::max(width[k], display_width(row[k]));
+  }
+  std::string out = "where the time goes (ms per step)\n";
+  for (size_t k = 0; k < headers.size(); ++k) out += (k ? "  " : "") + pad(headers[k], width[k], k == 0);
+  out += "\n";
+  for (const auto& row : cells) {
+    for (size_t k = 0; k < row.size(); ++k) out += (k ? "  " : "") + pad(row[k], width[k], k == 0);
+    out += "\n";
+  }
+  out += std::string(kBreakdownNote) + "\n";
+  for (const Row* r : rows) out += other_kernels_text(*r, /*markdown=*/false);
+  return out;
+}
+
+std::string time_breakdown_markdown(const Comparison& c) {
+  const auto rows = profiled_rows(c);
+  if (rows.empty()) return "";
+  std::string out = "### Where the time goes (ms per step)\n\n|";
+  const auto headers = breakdown_headers();
+  for (const auto& h : headers) out += " " + h + " |";
+  out += "\n|";
+  for (size_t k = 0; k < headers.size(); ++k) out += k == 0 ? "---|" : "---:|";
+  out += "\n";
+  for (const Row* r : rows) {
+    out += "|";
+    for (const auto& cell : breakdown_cells(*r)) out += " " + cell + " |";
+    out += "\n";
+  }
+  out += "\n" + std::string(kBreakdownNote) + ".\n\n";
+  for (const Row* r : rows) out += other_kernels_text(*r, /*markdown=*/true);
+  return out;
+}
+
+std::string time_breakdown_svg(const Comparison& c) {
+  std::ostringstream body;
+  const double height = draw_breakdown(body, c, 0);
+  if (height == 0) return "";
+  return "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1000\" height=\"" + strprintf("%.1f", height) +
+         "\" viewBox=\"0 0 1000 " + strprintf("%.1f", height) +
+         "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n<rect width=\"100%\" height=\"100%\" "
+         "fill=\"white\"/>\n" +
+         body.str() + "</svg>\n";
+}
+
+std::string to_svg(const Comparison& c, bool with_breakdown) {
   static const char* const kPalette[] = {"#4C78A8", "#F58518", "#54A24B", "#E45756",
                                          "#72B7B2", "#B279A2", "#9D755D", "#EECA3B"};
   constexpr double kWidth = 1000, kLabelRight = 232, kBarLeft = 242, kBarRight = 742;
@@ -394,7 +605,11 @@ std::string to_svg(const Comparison& c) {
   const double panel_height = kPanelTitle + static_cast<double>(n) * (kBarHeight + kRowGap) + kAxis;
   // A fourth panel, energy per step, when a result measured it.
   const bool energy = std::any_of(c.rows.begin(), c.rows.end(), [](const Row& r) { return r.energy_j_per_step; });
-  const double height = 84 + (energy ? 4 : 3) * (panel_height + kPanelGap) + 36;
+  const double panels_end = 84 + (energy ? 4 : 3) * (panel_height + kPanelGap);
+  // The last panel, where the time goes, when a result has a GPU profile.
+  std::ostringstream breakdown;
+  const double breakdown_height = with_breakdown ? draw_breakdown(breakdown, c, panels_end) : 0;
+  const double height = panels_end + breakdown_height + 36;
   std::ostringstream svg;
   auto num = [](double v) { return strprintf("%.1f", v); };
   auto text = [&](double x, double y, const std::string& s, const std::string& attrs = "") {
@@ -466,8 +681,8 @@ std::string to_svg(const Comparison& c) {
   }
   bars(c.memory_field == "peak_allocated_mb" ? "Peak allocated GPU memory (MB, lower is better)"
                                              : "Peak reserved GPU memory (MB, lower is better)",
-       "caching-allocator peak over the measured steps", peaks,
-       peak_labels, linear(*std::max_element(peaks.begin(), peaks.end())));
+       "caching-allocator peak over the measured steps", peaks, peak_labels,
+       linear(*std::max_element(peaks.begin(), peaks.end())));
   y += panel_height + kPanelGap;
 
   // Achieved TFLOP/s against the GPU's peak: a log axis, as in a roofline plot, with the peak as ceiling.
@@ -515,16 +730,17 @@ std::string to_svg(const Comparison& c) {
     std::vector<std::string> joule_labels;
     for (const auto& r : c.rows) {
       joules.push_back(r.energy_j_per_step.value_or(0));
-      joule_labels.push_back(r.energy_j_per_step ? strprintf("%.3f J/step", *r.energy_j_per_step) +
-                                                       (r.tokens_per_joule ? "  (" + thousands(*r.tokens_per_joule) +
-                                                                                 " tokens/J)"
-                                                                           : "")
-                                                 : "not measured");
+      joule_labels.push_back(r.energy_j_per_step
+                                 ? strprintf("%.3f J/step", *r.energy_j_per_step) +
+                                       (r.tokens_per_joule ? "  (" + thousands(*r.tokens_per_joule) + " tokens/J)" : "")
+                                 : "not measured");
     }
     bars("GPU energy per step (J, lower is better)", "the GPU's energy counter over the measured steps", joules,
          joule_labels, linear(*std::max_element(joules.begin(), joules.end())));
     y += panel_height + kPanelGap;
   }
+  svg << breakdown.str();
+  y += breakdown_height;
   text(20, y + 4,
        "Generated by compare from " + std::to_string(n) + " result files; see comparison.md for the full table.",
        "font-size=\"11\" fill=\"#888\"");
@@ -543,20 +759,7 @@ std::vector<std::vector<std::string>> table_text(const Comparison& c) {
   return out;
 }
 
-std::string format_lessons(const Comparison& c) {
-  std::vector<const Row*> rows;
-  for (const auto& r : c.rows)
-    if (!r.pitfall.empty()) rows.push_back(&r);
-  if (rows.empty()) return "";
-  std::string out = "debugging exercise (speed: against " + c.rows[c.reference].label + ")\n";
-  out += strprintf("%-16s %10s %10s %10s %8s %8s  %s\n", "pitfall", "first loss", "final loss", "samples/s", "speed",
-                   "J/step", "what it teaches");
-  for (const Row* r : rows)
-    out += strprintf("%-16s %10.4f %10.4f %10.1f %7.2fx %8s  %s\n", r->pitfall.c_str(), r->first_loss, r->final_loss,
-                     r->samples_per_s, r->speedup,
-                     r->energy_j_per_step ? strprintf("%.3f", *r->energy_j_per_step).c_str() : "-", r->lesson.c_str());
-  return out;
-}
+std::string format_lessons(const Comparison& c) { return format_exercise(c); }
 
 std::vector<SlowerCheck> check_slower(const Result& baseline, const std::vector<Result>& results, double allowed_pct) {
   const double base = baseline.json["summary"]["step_ms"]["median"];

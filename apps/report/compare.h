@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/report/kernel_categories.h"
+
 namespace tt::compare {
 
 struct Result {
@@ -58,6 +60,13 @@ struct Row {
   // The debugging exercise (stage.pitfall in the result): its name and lesson; empty outside it.
   std::string pitfall, lesson;
   double first_loss = 0;
+  // The no-sync-timing pitfall's host clock: median step by the host's clock without a sync.
+  std::optional<double> host_clock_step_ms;
+  // From a --profile run: the result's "profile" object (null without one) and, on a GPU, its GPU time per
+  // step by kernel category beside the host gap (kernel_categories.h).
+  nlohmann::json profile;
+  std::optional<double> gpu_ms_per_step;
+  std::optional<TimeBreakdown> breakdown;
 };
 
 struct Comparison {
@@ -71,6 +80,8 @@ struct Comparison {
   // result replayed its step as a graph (its activations live in the graph's pool, which only the reserved
   // figure counts), so that the column compares like with like.
   std::string memory_field = "peak_allocated_mb";
+  // Whether any row has a GPU time breakdown (then the writers show "where the time goes").
+  bool has_breakdown() const;
   std::vector<Difference> mismatches, notes;
 };
 
@@ -81,14 +92,22 @@ Comparison build_comparison(const std::vector<Result>& results, std::optional<si
 std::string format_table(const Comparison& comparison);  // terminal
 std::string to_markdown(const Comparison& comparison);
 std::string to_csv(const Comparison& comparison);
-std::string to_svg(const Comparison& comparison);
+// The chart; its last panel is where the time goes (time_breakdown_svg) unless with_breakdown is false.
+std::string to_svg(const Comparison& comparison, bool with_breakdown = true);
 // The table as every writer shows it: the column headers and each row's cells.
 const std::vector<std::string>& table_headers();
 std::vector<std::vector<std::string>> table_text(const Comparison& comparison);
 
-// The debugging exercise's summary (first and final loss, speed against the reference, energy, what each
-// stage teaches), one row per result that records a pitfall; empty when none does.
+// The debugging exercise's summary (apps/report/exercise.h: format_exercise); empty when no result records a
+// pitfall.
 std::string format_lessons(const Comparison& comparison);
+
+// Where the time goes: for every row with a GPU profile, GPU ms per step by kernel category and the host
+// gap, as a text table (terminal and Markdown) and as the stacked bars of the SVG chart; the kernels the
+// category rule left in "other" are listed. Empty when no row has a GPU profile.
+std::string format_time_breakdown(const Comparison& comparison);
+std::string time_breakdown_markdown(const Comparison& comparison);
+std::string time_breakdown_svg(const Comparison& comparison);
 
 struct SlowerCheck {
   std::string label, path;

@@ -111,6 +111,35 @@ std::string result_section(const Row& row, const Result& result) {
   return out;
 }
 
+// The stacked bars, then their numbers and the kernels the category rule left in "other".
+std::string time_breakdown_section(const Comparison& c) {
+  std::string out = "<h2>Where the time goes</h2>\n" + time_breakdown_svg(c) +
+                    "<table><tr><th>stage</th><th>step ms</th><th>GPU busy ms</th>";
+  for (auto cat : kernel_categories()) out += "<th>" + xml_escape(to_string(cat)) + "</th>";
+  out += "<th>host gap</th></tr>\n";
+  for (const auto& r : c.rows) {
+    if (!r.breakdown) continue;
+    const TimeBreakdown& b = *r.breakdown;
+    out +=
+        "<tr><td>" + xml_escape(r.label) + "</td>" + strprintf("<td>%.3f</td><td>%.3f</td>", b.step_ms, b.gpu_busy_ms);
+    for (auto cat : kernel_categories()) out += strprintf("<td>%.3f</td>", b.ms_per_step[static_cast<size_t>(cat)]);
+    out += strprintf("<td>%.3f</td></tr>\n", b.host_gap_ms);
+  }
+  out +=
+      "</table>\n<p class=\"note\">ms per step. GPU busy: the profiled GPU activity per step (kernels, copies, "
+      "fills) from --profile, split by the kernel's name (apps/report/kernel_categories.cpp); host gap: the median "
+      "step time minus GPU busy, the time the GPU waited for the host.</p>\n";
+  for (const auto& r : c.rows) {
+    if (!r.breakdown || r.breakdown->other_kernels.empty()) continue;
+    out += "<details><summary>" + xml_escape(r.label) + ": " + std::to_string(r.breakdown->other_kernels.size()) +
+           " kernel names in \"other\"</summary><table><tr><th>ms per step</th><th>kernel</th></tr>\n";
+    for (const auto& [name, ms] : r.breakdown->other_kernels)
+      out += strprintf("<tr><td>%.3f</td>", ms) + "<td class=\"name\">" + xml_escape(name) + "</td></tr>\n";
+    out += "</table></details>\n";
+  }
+  return out;
+}
+
 constexpr const char* kStyle = R"(body{font-family:sans-serif;margin:24px auto;max-width:1200px;color:#222}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}
 th{background:#f3f3f3}td.name,td:first-child,table.kv td,table.kv th{text-align:left}
@@ -143,7 +172,8 @@ std::string to_html(const Comparison& c, const std::vector<Result>& results, con
          xml_escape(c.reference_reason) + "</p>\n";
   if (const std::string lessons = format_lessons(c); !lessons.empty())
     out += "<h2>Debugging exercise</h2>\n<pre>" + xml_escape(lessons) + "</pre>\n";
-  out += "<h2>Chart</h2>\n" + to_svg(c);
+  if (c.has_breakdown()) out += time_breakdown_section(c);
+  out += "<h2>Chart</h2>\n" + to_svg(c, /*with_breakdown=*/false);
 
   std::vector<fs::path> rooflines;
   std::error_code ec;
@@ -157,8 +187,8 @@ std::string to_html(const Comparison& c, const std::vector<Result>& results, con
   out += "<h2>Roofline</h2>\n";
   if (rooflines.empty())
     out +=
-        "<p class=\"note\">No roofline report in this folder (scripts/profile_roofline.sh writes one; README, "
-        "\"The roofline report\").</p>\n";
+        "<p class=\"note\">No roofline report in this folder (scripts/profile_roofline.sh writes one; "
+        "docs/roofline-energy.md, \"The roofline report\").</p>\n";
   for (const auto& json_path : rooflines) {
     fs::path svg = json_path;
     svg.replace_extension(".svg");

@@ -94,13 +94,9 @@ nlohmann::json build_result(const Trainer& trainer, const RunRecord& record, con
       {"first_loss", losses.front()},
       {"final_loss", losses.back()},
   };
-  const auto& energy = record.energy;
-  const double steps = static_cast<double>(record.step_ms.size());
-  summary["energy_j_per_step"] = energy.joules ? nlohmann::json(*energy.joules / steps) : nlohmann::json(nullptr);
-  summary["tokens_per_joule"] = energy.joules && *energy.joules > 0
-                                    ? nlohmann::json(tokens_per_step * steps / *energy.joules)
-                                    : nlohmann::json(nullptr);
-  summary["energy_note"] = energy.joules ? energy.source : energy.note;
+  EnergyReading energy = record.energy;  // the measured window's; run_training may replace it (finish_energy)
+  energy.steps = static_cast<int64_t>(record.step_ms.size());
+  set_energy_fields(summary, energy, tokens_per_step);
   if (trainer.spec().pitfall == Pitfall::kNoSyncTiming)
     summary["host_clock_ms"] = {
         {"step_ms", spread_or_null(record.host_step_ms)},
@@ -139,6 +135,24 @@ nlohmann::json build_result(const Trainer& trainer, const RunRecord& record, con
           {"summary", summary},
           {"losses", losses},
           {"step_ms", record.step_ms}};
+}
+
+void set_energy_fields(nlohmann::json& summary, const EnergyReading& energy, double tokens_per_step) {
+  const bool figure = energy.joules && energy.steps > 0;
+  const double steps = static_cast<double>(energy.steps);
+  summary["energy_j_per_step"] = figure ? nlohmann::json(*energy.joules / steps) : nlohmann::json(nullptr);
+  summary["tokens_per_joule"] = figure && *energy.joules > 0 ? nlohmann::json(tokens_per_step * steps / *energy.joules)
+                                                             : nlohmann::json(nullptr);
+  summary["energy_note"] = figure ? energy.source : energy.note;
+  if (!figure) {
+    summary["energy_window"] = nullptr;
+    return;
+  }
+  summary["energy_window"] = {
+      {"steps", energy.steps},
+      {"seconds", energy.seconds},
+      {"extra_steps", energy.extra_steps},
+      {"counter_refresh_ms", energy.refresh_s ? nlohmann::json(*energy.refresh_s * 1e3) : nlohmann::json(nullptr)}};
 }
 
 void validate_result_json(const nlohmann::json& r) {

@@ -28,6 +28,11 @@ nlohmann::json to_json(const Spread& s);
 nlohmann::json build_result(const Trainer& trainer, const RunRecord& record, const std::string& data,
                             const SystemInfo& system);
 
+// The summary's energy fields from a reading (apps/train/energy.h): energy_j_per_step (joules over the
+// reading's steps), tokens_per_joule, energy_note (the source, or why there is no figure) and energy_window
+// (its steps, seconds, whether they were extra steps after the run, the counter's refresh period).
+void set_energy_fields(nlohmann::json& summary, const EnergyReading& energy, double tokens_per_step);
+
 // Throws std::runtime_error naming the first missing or mistyped field (path like "summary.step_ms.median").
 void validate_result_json(const nlohmann::json& result);
 

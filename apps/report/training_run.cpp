@@ -14,6 +14,47 @@
 
 namespace tt {
 
+namespace {
+
+// The energy figure (apps/train/energy.h), last: its extra steps, on one new batch, change nothing recorded
+// or saved. Data parallel: rank 0 reads its GPU's counter and decides each round's step count, which every
+// rank receives by broadcast (0 ends), so that the collectives inside the steps stay matched.
+void finish_run_energy(Trainer& trainer, Batches& batches, const RunRecord& record, DistributedContext* distributed,
+                       nlohmann::json& result, std::ostream& log) {
+  const torch::Device& device = trainer.device();
+  const bool decides = !distributed || distributed->rank() == 0;
+  auto round = [&](int64_t n) {
+    if (!distributed) return n;
+    auto count = torch::full({1}, n, torch::TensorOptions().dtype(torch::kInt64).device(device));
+    distributed->broadcast_from_rank0({count});
+    return count.item<int64_t>();
+  };
+  auto run = [&](int64_t n) {
+    for (int64_t i = 0; i < n; ++i) trainer.step(batches.inputs(), batches.labels());
+    synchronize(device);
+  };
+  batches.next();
+  synchronize(device);
+  if (!decides) {
+    for (int64_t n = round(0); n > 0; n = round(0)) run(n);
+    return;
+  }
+  EnergyMeter meter(device);
+  const double seconds_per_step = result["summary"]["step_ms"]["median"].get<double>() / 1e3;
+  const EnergyReading energy =
+      finish_energy(meter, record.energy_window, static_cast<int64_t>(record.step_ms.size()), seconds_per_step,
+                    [&](int64_t n) { run(round(n)); });
+  round(0);
+  const auto& t = trainer.config().training;
+  set_energy_fields(result["summary"], energy, static_cast<double>(t.batch_size * t.seq_len));
+  if (energy.extra_steps && energy.joules)
+    log << "[" << trainer.spec().name << "] energy: the measured steps were shorter than the counter's resolution "
+        << "needs; " << energy.steps << " extra steps (" << strprintf("%.2f", energy.seconds)
+        << " s, unrecorded, after the results and checkpoint) give the figure" << std::endl;
+}
+
+}  // namespace
+
 nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostream& log) {
   if (extras.eval_every < 0)
     throw std::runtime_error("eval every " + std::to_string(extras.eval_every) + " steps is not allowed: must be >= 0");
@@ -52,6 +93,7 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
 
   const RunRecord record = train_loop(trainer.runner(), batches, t, device, log, between_steps);
   if (extras.eval_data && (eval_points.empty() || eval_points.back().first != total)) evaluate_at(total);
+  if (extras.after_last_counted_step) extras.after_last_counted_step();
   nlohmann::json profile;
   if (extras.profile.steps > 0) {
     // After every measurement (profiler overhead must not reach step_ms); all profiled steps train on one
@@ -76,6 +118,7 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
   }
   if (!profile.is_null()) result["profile"] = std::move(profile);
   if (extras.distributed) result["distributed"] = distributed_report(*extras.distributed, trainer, result);
+  finish_run_energy(trainer, batches, record, extras.distributed, result, log);
   return result;
 }
 

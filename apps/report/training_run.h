@@ -3,6 +3,7 @@
 // Kineto profile of extra steps, and the result file's contents.
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <optional>
 
@@ -26,9 +27,16 @@ struct RunExtras {
   // global batch, only rank 0 profiles, and the result gains a "distributed" object. Every rank must call
   // run_training (its collectives run on all of them).
   DistributedContext* distributed = nullptr;
+  // Called on every rank after the last counted step and the final evaluation, before any extra step
+  // (--profile's, the energy figure's): work that must see the state of the last counted step, the
+  // end-of-run checkpoint above all, goes here.
+  std::function<void()> after_last_counted_step;
 };
 
 // Trains with the run's data (synthetic tokens or the config's text file), then returns the result JSON.
+// Order after the measured steps: final evaluation, extras.after_last_counted_step, the --profile steps, the
+// result, and last the energy figure's extra steps where the measured window was too short for the counter
+// (apps/train/energy.h: finish_energy), which only replace the result's energy fields.
 nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostream& log);
 
 // The result's "distributed" object for a finished data-parallel run whose result is `result`: world size,

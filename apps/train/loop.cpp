@@ -56,6 +56,7 @@ void Recorder::end_step(int64_t index, const torch::Tensor& loss) {
 RunRecord Recorder::finish() {
   synchronize(device_);
   record_.energy = energy_.stop();
+  record_.energy_window = energy_.window();
   for (auto& timer : timers_) {
     record_.step_ms.push_back(timer.elapsed_ms(kStepStart, kStepEnd));
     record_.host_step_ms.push_back(timer.host_elapsed_ms(kStepStart, kStepEnd));

@@ -29,6 +29,7 @@ struct RunRecord {
   // around asynchronous launches sees. Equal to the lists above on the CPU.
   std::vector<double> host_step_ms, host_forward_ms, host_backward_ms, host_optimizer_ms;
   EnergyReading energy;  // the GPU's energy over the measured steps, or a note why there is none
+  EnergyWindow energy_window;  // its counter reads, for finish_energy (energy.h) after the run
   std::vector<double> peak_allocated_mb, peak_reserved_mb;  // per measured step; zeros on the CPU
   double device_used_mb = 0;  // the driver's figure after the measured steps (total - free); 0 on the CPU
 };
