@@ -36,9 +36,6 @@ namespace tt::kernels {
 
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
 template <typename T>
 __device__ const T* head_ptr(const void* base, const FlashStrides& strides, int64_t batch, int64_t head) {
   return static_cast<const T*>(base) + batch * strides.batch + head * strides.head;
@@ -92,6 +89,9 @@ __global__ void __launch_bounds__(kDeltaThreads) flash_delta_kernel(FlashBackwar
 }
 
 #if defined(TT_MMA_SYNC)
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
 // =================================================================================================
 // Shared tiles and register fragments
