@@ -133,6 +133,21 @@ std::optional<double> noise_band(const std::vector<std::vector<double>>& runs_pe
   return band;
 }
 
+std::optional<double> wall_band_for(const std::vector<std::vector<double>>& wall_runs,
+                                    const std::vector<std::vector<double>>& gpu_runs, size_t reference,
+                                    std::optional<double> gpu_band) {
+  std::optional<double> band = noise_band(wall_runs);
+  if (!gpu_band || reference >= gpu_runs.size() || gpu_runs[reference].empty()) return band;
+  const double ref_gpu = mean(gpu_runs[reference]);
+  std::vector<double> same_work;
+  for (size_t i = 0; i < wall_runs.size(); ++i) {
+    if (gpu_runs[i].empty() || !within_band(mean(gpu_runs[i]), ref_gpu, gpu_band)) continue;
+    same_work.insert(same_work.end(), wall_runs[i].begin(), wall_runs[i].end());
+  }
+  if (same_work.size() >= 2) band = std::max(band.value_or(0.0), relative_spread(same_work));
+  return band;
+}
+
 std::string speed_verdict(double time_ms, double reference_ms, std::optional<double> band) {
   const double ratio = time_ms / reference_ms;
   if (within_band(time_ms, reference_ms, band)) return "no speed effect (within noise)";
@@ -162,14 +177,16 @@ std::string format_exercise(const Comparison& c) {
     gpu_everywhere = gpu_everywhere && !gpu_runs.back().empty();
     most_runs = std::max(most_runs, s.runs.size());
   }
-  const std::optional<double> wall_band = noise_band(wall_runs);
   const std::optional<double> gpu_band = gpu_everywhere ? noise_band(gpu_runs) : std::nullopt;
+  const size_t reference_index = reference ? static_cast<size_t>(reference - stages.data()) : stages.size();
+  const std::optional<double> wall_band = wall_band_for(wall_runs, gpu_runs, reference_index, gpu_band);
 
   std::string out = "debugging exercise: " + std::to_string(most_runs) + (most_runs == 1 ? " run" : " runs") +
                     " of each stage; speed and verdict against " +
                     (reference ? std::string("none (v3 as shipped)") : std::string("nothing: no --pitfall none run")) +
                     "\n";
-  out += "noise band (the largest spread between runs of one stage): GPU time " +
+  out += "noise band (the largest spread between runs of one stage; for wall time also between all runs with the "
+         "reference's GPU time per step): GPU time " +
          (gpu_everywhere ? band_text(gpu_band) : std::string("- (needs --profile on a GPU)")) + ", wall time " +
          band_text(wall_band) + "\n";
   out += strprintf("%-16s %4s %10s %10s %11s %6s %12s %6s %8s\n", "pitfall", "runs", "first loss", "final loss",
