@@ -72,6 +72,12 @@ inline Transformer spread_out_model(const StageSpec& spec, uint64_t seed) {
   return model;
 }
 
+// The stage with its step run eagerly (v4 without its graph: the same kernels, launched one by one).
+inline StageSpec eager_step(StageSpec spec) {
+  spec.step = StepKind::kEager;
+  return spec;
+}
+
 // A whole training run of a fresh trainer, as the stage executables do it; returns the result JSON.
 inline nlohmann::json train_result(const StageSpec& spec, const RunConfig& config, const torch::Device& device,
                                    std::ostream& log, const RunExtras& extras = {}) {

@@ -74,8 +74,8 @@ Trained train_one_rank(const StageSpec& spec, const RunConfig& config) {
   DistributedContext context(one_rank(free_port()), {std::chrono::seconds(60)});  // outlives the trainer
   Trainer trainer(spec, config, context.device());
   broadcast_weights(context, trainer.model());
-  trainer.use_runner(
-      std::make_unique<DataParallelStep>(context, trainer.model(), trainer.optimizer(), trainer.precision()));
+  trainer.use_runner(std::make_unique<DataParallelStep>(context, trainer.model(), trainer.optimizer(),
+                                                        trainer.precision(), config.training.grad_accum_steps));
   RunExtras extras;
   extras.distributed = &context;
   auto result = run_training(trainer, extras, log);
@@ -122,6 +122,27 @@ TEST(DataParallelGpu, OneRankEqualsThePlainRun) {
     EXPECT_TRUE(std::isfinite(d.at("allreduce_ms_per_step").get<double>()));
     EXPECT_EQ(d.at("total_tokens_per_s"), d.at("per_gpu_tokens_per_s"));
     EXPECT_NO_THROW(validate_result_json(parallel.result));
+  }
+}
+
+// With gradient accumulation the first micro-batches' backwards leave the Reducer out (no_sync) and the
+// last one all-reduces the sum: one rank still trains exactly like the plain accumulating run, which
+// equals one batch of all the rows (test_trainer.cpp).
+TEST(DataParallelGpu, OneRankWithAccumulationEqualsThePlainRun) {
+  TT_REQUIRE_NCCL_GPUS(1);
+  for (const auto& spec : {stages::v1_baseline(), eager(stages::v4_ultra())}) {
+    SCOPED_TRACE(spec.name);
+    RunConfig c = gpu_config(Precision::kFp32);
+    c.training.batch_size = 2;
+    c.training.grad_accum_steps = 3;
+    c.training.lr_schedule = "cosine";
+    c.training.lr_warmup_steps = 2;
+    const auto plain = train_plain(spec, c);
+    const auto parallel = train_one_rank(spec, c);
+    EXPECT_LE(largest_relative_difference(parallel.result.at("losses"), plain.result.at("losses")), 1e-6);
+    for (const auto& [name, w] : plain.weights) EXPECT_LE(testing::rel_error(parallel.weights.at(name), w), 1e-6) << name;
+    EXPECT_EQ(parallel.result.at("distributed").at("weights_max_diff_across_ranks"), 0.0);
+    EXPECT_EQ(parallel.result.at("training").at("tokens_per_step"), 6 * c.training.seq_len);
   }
 }
 

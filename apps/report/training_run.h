@@ -3,12 +3,14 @@
 // Kineto profile of extra steps, and the result file's contents.
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "apps/report/profiling.h"
+#include "apps/train/checkpointing.h"
 #include "apps/train/distributed.h"
 #include "apps/train/evaluate.h"
 #include "apps/train/trainer.h"
@@ -26,6 +28,13 @@ struct RunExtras {
   // global batch, only rank 0 profiles, and the result gains a "distributed" object. Every rank must call
   // run_training (its collectives run on all of them).
   DistributedContext* distributed = nullptr;
+  // A resume: the run continues with this step (Trainer::resume restored the rest), its data stream too.
+  int64_t first_step = 0;
+  // Checkpoints between steps, and after the last step or a stop (rank 0 alone writes them).
+  CheckpointPolicy checkpoints;
+  // Asked after every step; true ends the run there, marked "interrupted" (data parallel: every rank must
+  // give the same answer at the same step). No profile is recorded and no final evaluation run then.
+  std::function<bool()> stop_requested;
 };
 
 // Trains with the run's data (synthetic tokens or the config's text file), then returns the result JSON.
