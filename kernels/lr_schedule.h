@@ -20,10 +20,10 @@ enum class LrScheduleKind : int32_t { kConstant, kCosine, kLinear };
 // Plain values only: the struct is a kernel argument.
 struct LrSchedule {
   LrScheduleKind kind = LrScheduleKind::kConstant;
-  double peak_lr = 3e-4;      // training.learning_rate
-  double min_lr = 0.0;        // reached by cosine and linear at the last step
-  int64_t warmup_steps = 0;   // training.lr_warmup_steps: linear ramp from 0 over these steps
-  int64_t total_steps = 1;    // every optimizer step of the run: warmup_steps (unmeasured) + num_steps
+  double peak_lr = 3e-4;     // training.learning_rate
+  double min_lr = 0.0;       // reached by cosine and linear at the last step
+  int64_t warmup_steps = 0;  // training.lr_warmup_steps: linear ramp from 0 over these steps
+  int64_t total_steps = 1;   // every optimizer step of the run: warmup_steps (unmeasured) + num_steps
 };
 
 // The learning rate of optimizer step `step` (1-based: the first update is step 1), in double.

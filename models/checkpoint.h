@@ -25,7 +25,7 @@ struct Checkpoint {
   int64_t step = 0;
   std::map<std::string, torch::Tensor> weights;
   std::map<std::string, torch::Tensor> exp_avg, exp_avg_sq;  // empty when saved before any step
-  int64_t run_step = -1;      // steps of the run done; -1 in checkpoints written before resume existed
+  int64_t run_step = -1;        // steps of the run done; -1 in checkpoints written before resume existed
   torch::Tensor cpu_rng_state;  // undefined in those too
 };
 

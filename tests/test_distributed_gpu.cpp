@@ -140,7 +140,8 @@ TEST(DataParallelGpu, OneRankWithAccumulationEqualsThePlainRun) {
     const auto plain = train_plain(spec, c);
     const auto parallel = train_one_rank(spec, c);
     EXPECT_LE(largest_relative_difference(parallel.result.at("losses"), plain.result.at("losses")), 1e-6);
-    for (const auto& [name, w] : plain.weights) EXPECT_LE(testing::rel_error(parallel.weights.at(name), w), 1e-6) << name;
+    for (const auto& [name, w] : plain.weights)
+      EXPECT_LE(testing::rel_error(parallel.weights.at(name), w), 1e-6) << name;
     EXPECT_EQ(parallel.result.at("distributed").at("weights_max_diff_across_ranks"), 0.0);
     EXPECT_EQ(parallel.result.at("training").at("tokens_per_step"), 6 * c.training.seq_len);
   }

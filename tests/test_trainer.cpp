@@ -64,7 +64,7 @@ TEST(LrSchedule, MatchesTheClosedFormAtChosenSteps) {
   const double pi = std::acos(-1.0);
   for (auto kind : {LrScheduleKind::kConstant, LrScheduleKind::kCosine, LrScheduleKind::kLinear}) {
     s.kind = kind;
-    EXPECT_DOUBLE_EQ(lr_at(s, 1), 1e-4);   // the ramp from 0: peak / W at the first step
+    EXPECT_DOUBLE_EQ(lr_at(s, 1), 1e-4);  // the ramp from 0: peak / W at the first step
     EXPECT_DOUBLE_EQ(lr_at(s, 5), 5e-4);
     EXPECT_DOUBLE_EQ(lr_at(s, 10), 1e-3);  // the peak at the end of the ramp
   }
@@ -341,8 +341,9 @@ TEST(TrainerConfig, BadScheduleAndAccumulationFieldsNameTheFieldAndWhatIsAllowed
       << config_error(c);
   c = smoke_config();
   c.training.lr_schedule = "step";
-  EXPECT_NE(config_error(c).find("\"training.lr_schedule\" = \"step\" is not allowed: must be \"constant\", \"cosine\""),
-            std::string::npos)
+  EXPECT_NE(
+      config_error(c).find("\"training.lr_schedule\" = \"step\" is not allowed: must be \"constant\", \"cosine\""),
+      std::string::npos)
       << config_error(c);
   c = smoke_config();
   c.training.min_lr = 1.0;
@@ -369,12 +370,17 @@ TEST(TrainerCommandLine, BadFlagsNameTheFlagAndWhatIsAllowed) {
   const std::string config = std::string(TT_SOURCE_DIR) + "/configs/smoke.json";
   EXPECT_NE(parse_error({"--config", config, "--grad-accum-steps", "0"}).find("training.grad_accum_steps"),
             std::string::npos);
-  EXPECT_NE(parse_error({"--config", config, "--lr-schedule", "exp"}).find("\"exp\" is not allowed"), std::string::npos);
-  EXPECT_NE(parse_error({"--checkpoint-every", "0", "--checkpoint-dir", "x"}).find("--checkpoint-every 0 is not allowed"),
+  EXPECT_NE(parse_error({"--config", config, "--lr-schedule", "exp"}).find("\"exp\" is not allowed"),
             std::string::npos);
-  EXPECT_NE(parse_error({"--checkpoint-every", "5"}).find("--checkpoint-every needs --checkpoint-dir"), std::string::npos);
-  EXPECT_NE(parse_error({"--keep-checkpoints", "2"}).find("--keep-checkpoints needs --checkpoint-dir"), std::string::npos);
-  EXPECT_NE(parse_error({"--resume", "/nonexistent/step_000001.pt"}).find("--resume: file '/nonexistent/step_000001.pt' does not exist"),
+  EXPECT_NE(
+      parse_error({"--checkpoint-every", "0", "--checkpoint-dir", "x"}).find("--checkpoint-every 0 is not allowed"),
+      std::string::npos);
+  EXPECT_NE(parse_error({"--checkpoint-every", "5"}).find("--checkpoint-every needs --checkpoint-dir"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--keep-checkpoints", "2"}).find("--keep-checkpoints needs --checkpoint-dir"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--resume", "/nonexistent/step_000001.pt"})
+                .find("--resume: file '/nonexistent/step_000001.pt' does not exist"),
             std::string::npos);
   const auto parsed = parse_command_line("v1_baseline", {"--config", config, "--lr-schedule", "cosine", "--min-lr",
                                                          "1e-4", "--lr-warmup-steps", "2", "--grad-accum-steps", "3"});
@@ -399,8 +405,8 @@ TEST(TrainerCommandLine, AForeignOrMismatchedResumeExitsWithTwoAndWritesNothing)
   const std::string output = (dir / "result.json").string();
   const std::string foreign = (dir / "foreign.pt").string();
   std::ofstream(foreign) << "{\"not\": \"a checkpoint\"}";
-  const std::vector<std::string> common = {"--config", config, "--device", "cpu", "--output", output,
-                                           "--checkpoint-dir", (dir / "ck").string()};
+  const std::vector<std::string> common = {"--config", config, "--device",         "cpu",
+                                           "--output", output, "--checkpoint-dir", (dir / "ck").string()};
   auto with = [&](std::vector<std::string> extra) {
     auto args = common;
     args.insert(args.end(), extra.begin(), extra.end());

@@ -101,7 +101,8 @@ TEST(TrainerGpu, InterruptedAndResumedGraphedRunEqualsTheUninterruptedOne) {
     c.training.lr_warmup_steps = 2;
     std::ostringstream log;
     const auto whole = testing::train_result(stages::v4_ultra(), c, kGpu, log);
-    const auto dir = std::filesystem::path(::testing::TempDir()) / ("tt_resume_gpu_" + std::string(to_string(precision)));
+    const auto dir =
+        std::filesystem::path(::testing::TempDir()) / ("tt_resume_gpu_" + std::string(to_string(precision)));
     testing::remove_tree(dir);
     nlohmann::json first;
     {
@@ -128,8 +129,9 @@ TEST(TrainerGpu, InterruptedAndResumedGraphedRunEqualsTheUninterruptedOne) {
     // Equal up to the stage's own run-to-run determinism: our kernels are deterministic (no atomics), the
     // vendor libraries may choose other algorithms after the new capture.
     const double tolerance = precision == Precision::kFp32 ? 1e-5 : 2e-3;
-    EXPECT_LE(compare_losses(losses, whole["losses"], std::string("resumed vs whole, v4 graphed ") + to_string(precision)),
-              tolerance);
+    EXPECT_LE(
+        compare_losses(losses, whole["losses"], std::string("resumed vs whole, v4 graphed ") + to_string(precision)),
+        tolerance);
   }
 }
 

@@ -64,12 +64,12 @@ cxxopts::Options make_options(const std::string& program) {
       "checkpoint-every", "steps between checkpoints into --checkpoint-dir [default 0: only the last and a stop]",
       cxxopts::value<int64_t>(), "N")(
       "keep-checkpoints", "keep the newest K checkpoints in --checkpoint-dir, removing older ones [default 0: all]",
-      cxxopts::value<int64_t>(), "K")(
-      "resume",
-      "continue the run this checkpoint was written by: weights, optimizer state, step, schedule, data position "
-      "and random state; the stage, model and training config must match, except training.num_steps and "
-      "training.log_every",
-      cxxopts::value<std::string>(), "FILE");
+      cxxopts::value<int64_t>(),
+      "K")("resume",
+           "continue the run this checkpoint was written by: weights, optimizer state, step, schedule, data position "
+           "and random state; the stage, model and training config must match, except training.num_steps and "
+           "training.log_every",
+           cxxopts::value<std::string>(), "FILE");
   o.add_options("Profiling")(
       "profile",
       "after the measured steps, record --profile-steps extra steps with LibTorch's Kineto profiler: "
@@ -217,8 +217,9 @@ ParsedCommandLine parse_command_line(const std::string& program, const std::vect
   }
   if (!o.resume.empty()) {
     if (!o.load_checkpoint.empty())
-      throw ConfigError("--resume and --load-checkpoint are not allowed together: --resume continues a run "
-                        "(weights, optimizer, step, data position); --load-checkpoint starts a new one from weights");
+      throw ConfigError(
+          "--resume and --load-checkpoint are not allowed together: --resume continues a run "
+          "(weights, optimizer, step, data position); --load-checkpoint starts a new one from weights");
     if (r.count("eval-only")) throw ConfigError("--resume is not allowed with --eval-only: nothing is trained");
     if (!std::filesystem::is_regular_file(o.resume))
       throw ConfigError("--resume: file '" + o.resume + "' does not exist (or is not a file)");
@@ -384,8 +385,8 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
   std::optional<Checkpoint> resume_from;
   // Checked here as well as in Trainer, so that the run stops before any file is read or GPU memory taken.
   try {
-    const bool graphed = spec.step == StepKind::kGraph && !options.eval_only &&
-                         resolve_device(config.training.device).is_cuda();
+    const bool graphed =
+        spec.step == StepKind::kGraph && !options.eval_only && resolve_device(config.training.device).is_cuda();
     if (graphed && config.training.warmup_steps < kGraphWarmupSteps)
       throw ConfigError("config: field \"training.warmup_steps\" = " + std::to_string(config.training.warmup_steps) +
                         " is not allowed for " + spec.name + ", which captures its step as a graph during the " +

@@ -56,7 +56,8 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
         << " | perplexity " << strprintf("%.3f", r.perplexity) << std::endl;
     eval_points.emplace_back(step, r);
   };
-  const bool writes_checkpoints = extras.checkpoints.enabled() && (!extras.distributed || extras.distributed->rank() == 0);
+  const bool writes_checkpoints =
+      extras.checkpoints.enabled() && (!extras.distributed || extras.distributed->rank() == 0);
   int64_t checkpointed = extras.first_step;  // the step of the newest checkpoint: none written yet
   auto checkpoint_at = [&](int64_t step) {
     if (!writes_checkpoints || step == checkpointed) return;
@@ -95,16 +96,15 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
 
   // A run stopped before its first measured step has losses but no timings: its result has no summary, so
   // that validate_result_json (compare, the report) never takes it for a measurement.
-  nlohmann::json result =
-      record.step_ms.empty()
-          ? nlohmann::json{{"schema_version", kResultSchemaVersion},
-                           {"stage", {{"name", trainer.spec().name}}},
-                           {"config", to_json(config)},
-                           {"system", to_json(collect_system_info(device))},
-                           {"summary", nullptr},
-                           {"summary_note", "stopped before the first measured step: no timings"},
-                           {"losses", record.losses}}
-          : build_result(trainer, record, batches.source().describe(), collect_system_info(device));
+  nlohmann::json result = record.step_ms.empty()
+                              ? nlohmann::json{{"schema_version", kResultSchemaVersion},
+                                               {"stage", {{"name", trainer.spec().name}}},
+                                               {"config", to_json(config)},
+                                               {"system", to_json(collect_system_info(device))},
+                                               {"summary", nullptr},
+                                               {"summary_note", "stopped before the first measured step: no timings"},
+                                               {"losses", record.losses}}
+                              : build_result(trainer, record, batches.source().describe(), collect_system_info(device));
   result["interrupted"] = record.interrupted;
   result["first_step"] = record.first_step;  // "losses" and "lr" start after this many steps
   result["steps_done"] = record.steps_done;

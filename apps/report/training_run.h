@@ -5,9 +5,8 @@
 
 #include <functional>
 #include <iosfwd>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "apps/report/profiling.h"
 #include "apps/train/checkpointing.h"

@@ -13,9 +13,9 @@
 namespace tt {
 
 struct CheckpointPolicy {
-  std::string dir;     // empty: no checkpoints during training
-  int64_t every = 0;   // steps between checkpoints; the last step and a stop on a signal write one too
-  int64_t keep = 0;    // newest checkpoints kept in dir, older ones of the form below removed; 0: all
+  std::string dir;    // empty: no checkpoints during training
+  int64_t every = 0;  // steps between checkpoints; the last step and a stop on a signal write one too
+  int64_t keep = 0;   // newest checkpoints kept in dir, older ones of the form below removed; 0: all
   bool enabled() const { return !dir.empty(); }
 };
 

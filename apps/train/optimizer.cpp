@@ -11,7 +11,8 @@ class TorchAdamW final : public Optimizer {
  public:
   TorchAdamW(std::vector<torch::Tensor> params, const AdamWOptions& o)
       : Optimizer(params),
-        adamw_(params, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay)),
+        adamw_(params,
+               torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay)),
         options_(o) {}
 
   void zero_grad() override { adamw_.zero_grad(/*set_to_none=*/true); }
@@ -87,8 +88,7 @@ class FusedAdamW final : public Optimizer {
     at::_foreach_add_(steps_, 1.0);
     // The rate comes from the host's step count: this optimizer's stages run eagerly, never under a graph.
     at::_fused_adamw_(params_, grads, exp_avgs_, exp_avg_sqs_, {}, steps_, options_.lr_at_step(host_steps_ + 1),
-                      options_.beta1,
-                      options_.beta2, options_.weight_decay, options_.eps, /*amsgrad=*/false,
+                      options_.beta1, options_.beta2, options_.weight_decay, options_.eps, /*amsgrad=*/false,
                       /*maximize=*/false, std::nullopt, std::nullopt);
     ++host_steps_;
   }

@@ -3,10 +3,10 @@
 // step. State (first/second moments, step count) is exposed per parameter for checkpoints.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <memory>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "kernels/lr_schedule.h"
 #include "models/config.h"

@@ -134,8 +134,8 @@ void check_resumable(const Checkpoint& ck, const std::string& path, const std::s
   if (!diff.empty()) {
     std::string allowed;
     for (const auto& f : resumable_changes()) allowed += (allowed.empty() ? "" : ", ") + f;
-    throw ConfigError(file + " is of another run; these fields differ:" + diff +
-                      "\nA resume may change only " + allowed + " (and output paths and logging flags)");
+    throw ConfigError(file + " is of another run; these fields differ:" + diff + "\nA resume may change only " +
+                      allowed + " (and output paths and logging flags)");
   }
   const TrainConfig& t = config.training;
   const int64_t total = t.warmup_steps + t.num_steps;

@@ -5,11 +5,11 @@
 // canonical names and the optimizer's state.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "apps/train/optimizer.h"
 #include "apps/train/step.h"

@@ -29,8 +29,8 @@ void check_inputs(const std::vector<AdamWParam>& params, const torch::Tensor& st
   TORCH_CHECK(h.eps > 0, "tt::ops::adamw_step: eps must be > 0, got ", h.eps);
   TORCH_CHECK(h.weight_decay >= 0, "tt::ops::adamw_step: weight_decay must be >= 0, got ", h.weight_decay);
   const LrSchedule schedule = h.lr_schedule();
-  TORCH_CHECK(schedule.min_lr >= 0 && schedule.min_lr <= h.lr, "tt::ops::adamw_step: schedule.min_lr must be in [0, lr = ",
-              h.lr, "], got ", schedule.min_lr);
+  TORCH_CHECK(schedule.min_lr >= 0 && schedule.min_lr <= h.lr,
+              "tt::ops::adamw_step: schedule.min_lr must be in [0, lr = ", h.lr, "], got ", schedule.min_lr);
   TORCH_CHECK(schedule.warmup_steps >= 0 && schedule.total_steps >= 1,
               "tt::ops::adamw_step: the schedule needs warmup_steps >= 0 and total_steps >= 1, got ",
               schedule.warmup_steps, " and ", schedule.total_steps);

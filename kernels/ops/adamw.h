@@ -3,9 +3,9 @@
 // Function: an optimizer step has no backward.
 #pragma once
 
-#include <vector>
-
 #include <torch/torch.h>
+
+#include <vector>
 
 #include "kernels/lr_schedule.h"
 
