@@ -30,7 +30,7 @@ struct LrSchedule {
 //   warm-up (step <= W):      peak * step / W
 //   constant after it:        peak (exactly, so that the default schedule changes nothing)
 //   cosine, linear after it:  p = (step - W) / (T - W), clamped to [0, 1]
-//                             cosine: min + (peak - min) * (1 + cos(pi p)) / 2;  linear: peak + (min - peak) p
+//                             cosine: min + (peak - min) * (1 + cos(pi p)) / 2;  linear: peak (1 - p) + min p
 // The decay reaches min at step T; a run that continues past T (a resume with more num_steps recomputes T,
 // so only a schedule misused this way gets there) stays at min.
 TT_HOST_DEVICE inline double lr_at(const LrSchedule& s, double step) {
@@ -40,7 +40,8 @@ TT_HOST_DEVICE inline double lr_at(const LrSchedule& s, double step) {
   const double span = static_cast<double>(s.total_steps) - warmup;
   double p = span > 0 ? (step - warmup) / span : 1.0;
   p = p < 0 ? 0 : (p > 1 ? 1 : p);
-  if (s.kind == LrScheduleKind::kLinear) return s.peak_lr + (s.min_lr - s.peak_lr) * p;
+  // Weighted sums rather than peak + (min - peak) p: exactly peak at p = 0 and exactly min at p = 1.
+  if (s.kind == LrScheduleKind::kLinear) return s.peak_lr * (1.0 - p) + s.min_lr * p;
   constexpr double kPi = 3.14159265358979323846;
   return s.min_lr + (s.peak_lr - s.min_lr) * 0.5 * (1.0 + cos(kPi * p));
 }
