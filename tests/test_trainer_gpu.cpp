@@ -19,16 +19,8 @@ namespace {
 
 const torch::Device kGpu(torch::kCUDA, 0);
 
-// Twelve steps of the smoke model, clipped (the device-side clipping is part of the graph).
-RunConfig gpu_config(Precision precision) {
-  RunConfig c = testing::smoke_config();
-  c.training.device = "cuda";
-  c.training.dtype = precision;
-  c.training.warmup_steps = 2;
-  c.training.num_steps = 10;
-  c.training.grad_clip = 1.0;
-  return c;
-}
+// Twelve steps of the smoke model: two to capture the graph, ten replays.
+RunConfig gpu_config(Precision precision) { return testing::gpu_smoke_config(precision, 2, 10); }
 
 // Largest relative difference of two loss lists, and how many are bitwise equal (printed).
 double compare_losses(const nlohmann::json& a, const nlohmann::json& b, const std::string& what) {
