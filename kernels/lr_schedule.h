@@ -35,7 +35,8 @@ struct LrSchedule {
 // so only a schedule misused this way gets there) stays at min.
 TT_HOST_DEVICE inline double lr_at(const LrSchedule& s, double step) {
   const double warmup = static_cast<double>(s.warmup_steps);
-  if (step <= warmup) return s.peak_lr * step / warmup;  // not reached with W = 0: steps start at 1
+  // step / W first: the ramp ends on exactly the peak (peak * W / W may round). Not reached with W = 0.
+  if (step <= warmup) return s.peak_lr * (step / warmup);
   if (s.kind == LrScheduleKind::kConstant) return s.peak_lr;
   const double span = static_cast<double>(s.total_steps) - warmup;
   double p = span > 0 ? (step - warmup) / span : 1.0;

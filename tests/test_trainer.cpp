@@ -66,7 +66,7 @@ TEST(LrSchedule, MatchesTheClosedFormAtChosenSteps) {
     s.kind = kind;
     EXPECT_DOUBLE_EQ(lr_at(s, 1), 1e-4);  // the ramp from 0: peak / W at the first step
     EXPECT_DOUBLE_EQ(lr_at(s, 5), 5e-4);
-    EXPECT_DOUBLE_EQ(lr_at(s, 10), 1e-3);  // the peak at the end of the ramp
+    EXPECT_EQ(lr_at(s, 10), 1e-3);  // exactly the peak at the end of the ramp
   }
   s.kind = LrScheduleKind::kConstant;
   for (int step : {11, 60, 110, 500}) EXPECT_EQ(lr_at(s, step), 1e-3) << step;  // exactly: no arithmetic
