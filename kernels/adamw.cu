@@ -61,8 +61,8 @@ __global__ void __launch_bounds__(kThreads) adamw_norm_kernel(AdamWTensorList li
   if (threadIdx.x == 0) partials[blockIdx.x] = sum;
 }
 
-// One block: the global norm from the partials (fixed order), the clip factor, the step counter and the
-// bias corrections for this step.
+// One block: the global norm from the partials (fixed order), the clip factor, the step counter, this
+// step's learning rate from the schedule, and the bias corrections for this step.
 __global__ void __launch_bounds__(kPrepareThreads)
     adamw_prepare_kernel(const float* partials, int64_t num_partials, AdamWHyper hyper, AdamWDeviceState* state) {
   float sum = 0.0f;
@@ -78,7 +78,12 @@ __global__ void __launch_bounds__(kPrepareThreads)
   // In double: 1 - beta2^t loses most of its digits in fp32 for beta2 near 1 and small t.
   const double bias_correction1 = 1.0 - pow(hyper.beta1, static_cast<double>(step));
   const double bias_correction2 = 1.0 - pow(hyper.beta2, static_cast<double>(step));
-  state->step_size = static_cast<float>(hyper.lr / bias_correction1);
+  // In double, then rounded once, as the constants were when the rate came from the host: the constant
+  // schedule returns peak_lr exactly, so its updates are bitwise those of a fixed rate.
+  const double lr = lr_at(hyper.schedule, static_cast<double>(step));
+  state->lr = static_cast<float>(lr);
+  state->decay = static_cast<float>(1.0 - lr * hyper.weight_decay);
+  state->step_size = static_cast<float>(lr / bias_correction1);
   state->bias_correction2_sqrt = static_cast<float>(sqrt(bias_correction2));
 }
 
@@ -154,7 +159,7 @@ __global__ void __launch_bounds__(kThreads)
   const AdamWTensor& t = list.tensors[i];
   const int64_t start = (blockIdx.x - list.first_block[i]) * kAdamWChunk;
   const int64_t end = start + kAdamWChunk < t.numel ? start + kAdamWChunk : t.numel;
-  const AdamWMath math{static_cast<float>(1.0 - hyper.lr * hyper.weight_decay),
+  const AdamWMath math{state->decay,
                        static_cast<float>(hyper.beta1),
                        static_cast<float>(1.0 - hyper.beta1),
                        static_cast<float>(hyper.beta2),

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "lr_schedule.h"
 #include "vendor.cuh"
 
 namespace tt::kernels {
@@ -38,18 +39,22 @@ struct AdamWTensorList {
 };
 
 // State that lives on the device, so that a replayed graph advances it: the step counter and the scalars
-// every block needs, computed once per step by the prepare kernel.
+// every block needs, computed once per step by the prepare kernel. The learning rate is one of them: the
+// prepare kernel evaluates the schedule at the new step, so the same graph replays a changing rate.
 struct AdamWDeviceState {
   float step;          // steps taken, after this one's prepare (exact up to 2^24 steps)
   float clip_scale;    // min(1, max_norm / (norm + 1e-6)), or 1 without clipping
   float step_size;     // lr / (1 - beta1^step)
   float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
   float grad_norm;     // the global gradient norm when clipping computed it, 0 otherwise
+  float lr;            // this step's learning rate, lr_at(schedule, step)
+  float decay;         // 1 - lr * weight_decay
 };
 
 // Doubles, as LibTorch's optimizers take them; the update rounds the derived constants to fp32 once.
 struct AdamWHyper {
-  double lr, beta1, beta2, eps, weight_decay;
+  LrSchedule schedule;  // its peak_lr is the learning rate of the constant schedule
+  double beta1, beta2, eps, weight_decay;
   double max_grad_norm;  // 0: no clipping
 };
 

@@ -21,6 +21,8 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck, bool overwr
   dict.insert("stage", ck.stage);
   dict.insert("step", ck.step);
   dict.insert("config", to_json(ck.config).dump());
+  if (ck.run_step >= 0) dict.insert(kRunStepKey, ck.run_step);
+  if (ck.cpu_rng_state.defined()) dict.insert(kCpuRngKey, ck.cpu_rng_state);
   for (const auto& [name, tensor] : ck.weights) dict.insert(name, tensor);
   for (const auto& [name, tensor] : ck.exp_avg) dict.insert(kExpAvg + name, tensor);
   for (const auto& [name, tensor] : ck.exp_avg_sq) dict.insert(kExpAvgSq + name, tensor);
@@ -60,6 +62,10 @@ Checkpoint read_checkpoint(const std::string& path) {
       ck.stage = v.toStringRef();
     } else if (key == "step") {
       ck.step = v.toInt();
+    } else if (key == kRunStepKey) {
+      ck.run_step = v.toInt();
+    } else if (key == kCpuRngKey) {
+      ck.cpu_rng_state = v.toTensor();
     } else if (key == "config") {
       ck.config = run_config_from_json(nlohmann::json::parse(v.toStringRef()), path + " (embedded config)");
     } else if (key.rfind(kExpAvgSq, 0) == 0) {

@@ -44,7 +44,14 @@ const std::vector<Field<TrainConfig>>& train_fields() {
       {"seq_len", &TrainConfig::seq_len, "seq-len"},
       {"num_steps", &TrainConfig::num_steps, "num-steps", "measured steps"},
       {"warmup_steps", &TrainConfig::warmup_steps, "warmup-steps", "steps run before measuring"},
-      {"learning_rate", &TrainConfig::learning_rate, "learning-rate"},
+      {"learning_rate", &TrainConfig::learning_rate, "learning-rate", "the schedule's peak"},
+      {"lr_schedule", &TrainConfig::lr_schedule, "lr-schedule",
+       "constant | cosine | linear: decay from learning_rate to min_lr over all steps (warm-up included)"},
+      {"lr_warmup_steps", &TrainConfig::lr_warmup_steps, "lr-warmup-steps",
+       "linear learning-rate ramp from 0 over the first N optimizer steps (not --warmup-steps)"},
+      {"min_lr", &TrainConfig::min_lr, "min-lr", "learning rate at the last step of cosine and linear"},
+      {"grad_accum_steps", &TrainConfig::grad_accum_steps, "grad-accum-steps",
+       "micro-batches of batch_size accumulated per optimizer step (losses scaled by 1/N)"},
       {"beta1", &TrainConfig::beta1},
       {"beta2", &TrainConfig::beta2},
       {"adam_eps", &TrainConfig::adam_eps},
@@ -294,6 +301,24 @@ void validate(const RunConfig& c) {
     fail("config", "training.log_every", "= " + std::to_string(t.log_every) + " is not allowed: must be >= 0");
   if (!(t.learning_rate > 0) || !std::isfinite(t.learning_rate))
     fail("config", "training.learning_rate", "= " + str(t.learning_rate) + " is not allowed: must be finite and > 0");
+  if (t.lr_schedule != "constant" && t.lr_schedule != "cosine" && t.lr_schedule != "linear")
+    fail("config", "training.lr_schedule",
+         "= \"" + t.lr_schedule + "\" is not allowed: must be \"constant\", \"cosine\" or \"linear\"");
+  if (t.lr_warmup_steps < 0)
+    fail("config", "training.lr_warmup_steps",
+         "= " + std::to_string(t.lr_warmup_steps) + " is not allowed: must be >= 0 (0 = no ramp)");
+  if (t.lr_schedule != "constant" && t.lr_warmup_steps >= t.warmup_steps + t.num_steps)
+    fail("config", "training.lr_warmup_steps",
+         "= " + std::to_string(t.lr_warmup_steps) + " is not allowed with lr_schedule \"" + t.lr_schedule +
+             "\": must be below the run's optimizer steps, warmup_steps + num_steps = " +
+             std::to_string(t.warmup_steps + t.num_steps) + ", so that some steps decay");
+  if (!(t.min_lr >= 0) || !(t.min_lr <= t.learning_rate))
+    fail("config", "training.min_lr",
+         "= " + str(t.min_lr) + " is not allowed: must be in [0, training.learning_rate = " + str(t.learning_rate) +
+             "]");
+  if (t.grad_accum_steps <= 0)
+    fail("config", "training.grad_accum_steps",
+         "= " + std::to_string(t.grad_accum_steps) + " is not allowed: must be >= 1 (1 = no accumulation)");
   if (!(t.beta1 >= 0 && t.beta1 < 1))
     fail("config", "training.beta1", "= " + str(t.beta1) + " is not allowed: must be in [0, 1)");
   if (!(t.beta2 >= 0 && t.beta2 < 1))

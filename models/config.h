@@ -48,7 +48,11 @@ struct TrainConfig {
   int64_t seq_len = 128;
   int64_t num_steps = 50;     // measured steps
   int64_t warmup_steps = 5;   // trained but not measured, run before the measured steps
-  double learning_rate = 3e-4;
+  double learning_rate = 3e-4;           // the peak of the schedule
+  std::string lr_schedule = "constant";  // constant | cosine | linear (kernels/lr_schedule.h)
+  int64_t lr_warmup_steps = 0;           // linear ramp from 0 over the first optimizer steps (not warmup_steps)
+  double min_lr = 0.0;                   // where cosine and linear end, at the last step
+  int64_t grad_accum_steps = 1;          // micro-batches of batch_size per optimizer step, losses scaled by 1/k
   double beta1 = 0.9;
   double beta2 = 0.999;
   double adam_eps = 1e-8;

@@ -6,10 +6,14 @@
 #   scripts/demo_text.sh                      # defaults below
 #   STEPS=1000 DTYPE=fp32 scripts/demo_text.sh
 #   TRAIN_TEXT=my.txt EVAL_TEXT=held_out.txt PROMPT="Once upon a time" scripts/demo_text.sh
+#   LR_SCHEDULE=cosine scripts/demo_text.sh   # Ctrl-C while it trains, then the same with RESUME=1
 #
 # Settings (environment): STEPS (600), EVAL_EVERY (100), STAGE (v2_fused), EVAL_STAGE (v3_custom),
 # CONFIG (configs/workshop.json), DTYPE (bf16), DEVICE (auto), LEARNING_RATE (1e-3), PROMPT,
-# TRAIN_TEXT / EVAL_TEXT (default: generated), OUT (results/demo), TT_BUILD_DIR (build).
+# TRAIN_TEXT / EVAL_TEXT (default: generated), OUT (results/demo), TT_BUILD_DIR (build),
+# LR_SCHEDULE (constant | cosine | linear), LR_WARMUP_STEPS (0), MIN_LR (1e-4, for cosine and linear),
+# GRAD_ACCUM (1), CHECKPOINT_EVERY (100: checkpoints into OUT/checkpoints, the newest 3 kept),
+# RESUME (1: continue from the newest of those checkpoints; docs/training.md).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TT_BUILD_DIR:-$root/build}
@@ -23,6 +27,12 @@ dtype=${DTYPE:-bf16}
 device=${DEVICE:-auto}
 learning_rate=${LEARNING_RATE:-1e-3}
 prompt=${PROMPT:-the quick brown }
+lr_schedule=${LR_SCHEDULE:-constant}
+lr_warmup_steps=${LR_WARMUP_STEPS:-0}
+min_lr=${MIN_LR:-1e-4}
+[ "$lr_schedule" = constant ] && min_lr=0  # the floor applies to the decaying schedules only
+grad_accum=${GRAD_ACCUM:-1}
+checkpoint_every=${CHECKPOINT_EVERY:-100}
 say() { echo "[demo] $*" >&2; }
 
 for app in "$stage" "$eval_stage" generate; do
@@ -71,9 +81,21 @@ if [ -z "${EVAL_TEXT:-}" ]; then make_text 67890 2000 > "$eval_text"; fi
 say "train text: $train_text ($(wc -c < "$train_text") bytes); held-out text: $eval_text ($(wc -c < "$eval_text") bytes)"
 
 checkpoint=$out/model.pt
-say "training $stage for $steps steps ($dtype, lr $learning_rate), held-out loss every $eval_every steps"
+resume=()
+if [ "${RESUME:-0}" = 1 ]; then
+  newest=$(ls "$out"/checkpoints/step_*.pt 2>/dev/null | tail -1)
+  [ -n "$newest" ] || { say "RESUME=1 but $out/checkpoints holds no checkpoint"; exit 2; }
+  resume=(--resume "$newest")
+  say "resuming from $newest"
+fi
+say "training $stage for $steps steps ($dtype, lr $learning_rate $lr_schedule, ramp $lr_warmup_steps," \
+  "accumulating $grad_accum micro-batches), held-out loss every $eval_every steps; Ctrl-C stops it cleanly"
+# A stop on Ctrl-C exits non-zero after writing a checkpoint: set -e ends the demo there; RESUME=1 goes on.
 "$build/$stage" --config "$config" --device "$device" --dtype "$dtype" --data "$train_text" \
   --num-steps "$steps" --warmup-steps 5 --learning-rate "$learning_rate" --grad-clip 1.0 --log-every 50 \
+  --lr-schedule "$lr_schedule" --lr-warmup-steps "$lr_warmup_steps" --min-lr "$min_lr" \
+  --grad-accum-steps "$grad_accum" \
+  --checkpoint-dir "$out/checkpoints" --checkpoint-every "$checkpoint_every" --keep-checkpoints 3 "${resume[@]}" \
   --eval-data "$eval_text" --eval-every "$eval_every" \
   --save-checkpoint "$checkpoint" --output "$out/train.json" --overwrite
 

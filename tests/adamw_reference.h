@@ -44,6 +44,9 @@ inline AdamWComparison compare_with_torch_adamw(const std::vector<std::vector<in
     }
     ops::adamw_step(list, state, h);
     if (h.max_grad_norm > 0) clip_grad_norm(theirs, h.max_grad_norm);
+    // The schedule's rate for this step, set on LibTorch's param group as a Python LR scheduler would.
+    static_cast<torch::optim::AdamWOptions&>(reference.param_groups().front().options())
+        .lr(lr_at(h.lr_schedule(), static_cast<double>(s + 1)));
     reference.step();
   }
   auto rel = [](const torch::Tensor& a, const torch::Tensor& b) {

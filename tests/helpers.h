@@ -72,6 +72,24 @@ inline Transformer spread_out_model(const StageSpec& spec, uint64_t seed) {
   return model;
 }
 
+// The smoke config on the GPU at `precision`, with clipping on (a graphed step captures the device-side
+// clipping too).
+inline RunConfig gpu_smoke_config(Precision precision, int64_t warmup_steps, int64_t num_steps) {
+  RunConfig c = smoke_config();
+  c.training.device = "cuda";
+  c.training.dtype = precision;
+  c.training.warmup_steps = warmup_steps;
+  c.training.num_steps = num_steps;
+  c.training.grad_clip = 1.0;
+  return c;
+}
+
+// The stage with its step run eagerly (v4 without its graph: the same kernels, launched one by one).
+inline StageSpec eager_step(StageSpec spec) {
+  spec.step = StepKind::kEager;
+  return spec;
+}
+
 // A whole training run of a fresh trainer, as the stage executables do it; returns the result JSON.
 inline nlohmann::json train_result(const StageSpec& spec, const RunConfig& config, const torch::Device& device,
                                    std::ostream& log, const RunExtras& extras = {}) {

@@ -1,7 +1,8 @@
 // Data parallel on GPUs (label `gpu`). With one GPU: a world of one NCCL rank trains exactly like a plain
 // run, in-process and through scripts/launch.sh, and bad starts are refused. With two GPUs or more (skipped
 // otherwise, saying so): two ranks equal one rank with the same global batch, their weights stay
-// identical, differing configs are named, and a killed rank ends the run without a result file.
+// identical, differing configs are named, a killed rank ends the run without a result file, and a signal to
+// one rank stops every rank after the same step.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 
 #include "apps/report/results.h"
 #include "apps/report/training_run.h"
+#include "apps/train/checkpointing.h"
 #include "apps/train/distributed.h"
 #include "tests/helpers.h"
 #include "tests/ports.h"
@@ -74,8 +76,8 @@ Trained train_one_rank(const StageSpec& spec, const RunConfig& config) {
   DistributedContext context(one_rank(free_port()), {std::chrono::seconds(60)});  // outlives the trainer
   Trainer trainer(spec, config, context.device());
   broadcast_weights(context, trainer.model());
-  trainer.use_runner(
-      std::make_unique<DataParallelStep>(context, trainer.model(), trainer.optimizer(), trainer.precision()));
+  trainer.use_runner(std::make_unique<DataParallelStep>(context, trainer.model(), trainer.optimizer(),
+                                                        trainer.precision(), config.training.grad_accum_steps));
   RunExtras extras;
   extras.distributed = &context;
   auto result = run_training(trainer, extras, log);
@@ -122,6 +124,28 @@ TEST(DataParallelGpu, OneRankEqualsThePlainRun) {
     EXPECT_TRUE(std::isfinite(d.at("allreduce_ms_per_step").get<double>()));
     EXPECT_EQ(d.at("total_tokens_per_s"), d.at("per_gpu_tokens_per_s"));
     EXPECT_NO_THROW(validate_result_json(parallel.result));
+  }
+}
+
+// With gradient accumulation the first micro-batches' backwards leave the Reducer out (no_sync) and the
+// last one all-reduces the sum: one rank still trains exactly like the plain accumulating run, which
+// equals one batch of all the rows (test_trainer.cpp).
+TEST(DataParallelGpu, OneRankWithAccumulationEqualsThePlainRun) {
+  TT_REQUIRE_NCCL_GPUS(1);
+  for (const auto& spec : {stages::v1_baseline(), eager(stages::v4_ultra())}) {
+    SCOPED_TRACE(spec.name);
+    RunConfig c = gpu_config(Precision::kFp32);
+    c.training.batch_size = 2;
+    c.training.grad_accum_steps = 3;
+    c.training.lr_schedule = "cosine";
+    c.training.lr_warmup_steps = 2;
+    const auto plain = train_plain(spec, c);
+    const auto parallel = train_one_rank(spec, c);
+    EXPECT_LE(largest_relative_difference(parallel.result.at("losses"), plain.result.at("losses")), 1e-6);
+    for (const auto& [name, w] : plain.weights)
+      EXPECT_LE(testing::rel_error(parallel.weights.at(name), w), 1e-6) << name;
+    EXPECT_EQ(parallel.result.at("distributed").at("weights_max_diff_across_ranks"), 0.0);
+    EXPECT_EQ(parallel.result.at("training").at("tokens_per_step"), 6 * c.training.seq_len);
   }
 }
 
@@ -338,6 +362,32 @@ TEST(DataParallelGpu, AKilledRankEndsTheRun) {
     EXPECT_EQ(shell(script), 0) << "rank 0 must stop with a non-zero status after its peer died\n" << read_text(log0);
     EXPECT_FALSE(fs::exists(dir / "direct.json"));
   }
+  testing::remove_tree(dir);
+}
+
+// SIGTERM to one rank only (as when a scheduler's signal reaches the ranks at different times): every rank
+// stops after the same step (they vote after each step), so none waits in a collective for a peer that
+// left; both exit with 128 + 15, and rank 0 writes the checkpoint and the result marked interrupted.
+TEST(DataParallelGpu, ASignalToOneRankStopsEveryRankAtTheSameStep) {
+  TT_REQUIRE_NCCL_GPUS(2);
+  const fs::path dir = fresh_dir("signal");
+  const std::string binary = (build_dir() / "v1_baseline").string();
+  const fs::path log0 = dir / "rank0.log";
+  const std::string env =
+      "WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port());
+  const std::string flags = "--config " + smoke_json() +
+                            " --device cuda --batch-size 2 --warmup-steps 2 --num-steps 100000 --log-every 1"
+                            " --dist-timeout 60 --checkpoint-dir " +
+                            (dir / "ck").string() + " --output " + (dir / "stopped.json").string();
+  const std::string script =
+      "RANK=0 LOCAL_RANK=0 " + env + " " + binary + " " + flags + " > " + log0.string() + " 2>&1 & p0=$!; " +
+      "RANK=1 LOCAL_RANK=1 " + env + " " + binary + " " + flags + " > /dev/null 2>&1 & p1=$!; " +
+      "for i in $(seq 1200); do grep -q \"step 3/\" " + log0.string() + " && break; sleep 0.25; done; " +
+      "kill -TERM $p1; wait $p0; s0=$?; wait $p1; s1=$?; echo \"exit $s0 $s1\" >> " + log0.string() +
+      "; [ $s0 -eq 143 ] && [ $s1 -eq 143 ]";
+  EXPECT_EQ(shell(script), 0) << "both ranks must stop with 143\n" << read_text(log0);
+  EXPECT_NE(read_text(dir / "stopped.json").find("\"interrupted\": true"), std::string::npos) << read_text(log0);
+  EXPECT_FALSE(checkpoints_in((dir / "ck").string()).empty()) << read_text(log0);
   testing::remove_tree(dir);
 }
 

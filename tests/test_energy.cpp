@@ -142,7 +142,7 @@ TEST(Energy, LastCountedStepHookRunsBeforeTheExtraSteps) {
   RunExtras extras;
   extras.profile = {2, (std::filesystem::path(::testing::TempDir()) / "tt_energy_hook.trace.json").string()};
   int64_t steps_at_hook = -1;
-  extras.after_last_counted_step = [&] { steps_at_hook = trainer.optimizer().step_count(); };
+  extras.after_last_counted_step = [&](int64_t) { steps_at_hook = trainer.optimizer().step_count(); };
   std::ostringstream log;
   const auto result = run_training(trainer, extras, log);
   EXPECT_EQ(steps_at_hook, 4);

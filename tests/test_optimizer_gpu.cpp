@@ -40,6 +40,25 @@ TEST(AdamWGpu, MatchesTorchAdamWOverManySteps) {
   }
 }
 
+// The prepare kernel evaluates the schedule from the device's step counter: the same steps as LibTorch's
+// AdamW with the rate set on its param group, and the last step's rate in the state is min_lr.
+TEST(AdamWGpu, FollowsTheLearningRateScheduleOnTheDevice) {
+  TT_REQUIRE_GPU();
+  for (auto kind : {LrScheduleKind::kCosine, LrScheduleKind::kLinear}) {
+    ops::AdamWHyperparameters h;
+    h.lr = 1e-2;
+    h.max_grad_norm = 1.0;
+    h.schedule.kind = kind;
+    h.schedule.min_lr = 1e-3;
+    h.schedule.warmup_steps = 5;
+    h.schedule.total_steps = 40;
+    const auto r = compare_with_torch_adamw(many_odd_shapes(), h, 40, kGpu);
+    EXPECT_LT(r.max_param_rel, 1e-5);
+    EXPECT_LT(r.max_moment_rel, 1e-5);
+    EXPECT_EQ(r.state[ops::kAdamWLr].item<float>(), static_cast<float>(1e-3));
+  }
+}
+
 TEST(AdamWGpu, CopiesAreTheRoundedMastersAndCopyGradientsJoin) {
   TT_REQUIRE_GPU();
   auto opts = torch::TensorOptions().device(kGpu);

@@ -71,7 +71,7 @@ TEST(TeachingGpu, ShortWindowGetsItsEnergyFromExtraStepsThatChangeNothingRecorde
   Trainer trainer(stages::v3_custom(), c, torch::kCUDA);
   RunExtras extras;
   int64_t steps_at_checkpoint = -1;
-  extras.after_last_counted_step = [&] { steps_at_checkpoint = trainer.optimizer().step_count(); };
+  extras.after_last_counted_step = [&](int64_t) { steps_at_checkpoint = trainer.optimizer().step_count(); };
   std::ostringstream log;
   const auto result = run_training(trainer, extras, log);
   const int64_t counted = c.training.warmup_steps + c.training.num_steps;

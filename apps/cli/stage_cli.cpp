@@ -1,6 +1,7 @@
 #include "apps/cli/stage_cli.h"
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cxxopts.hpp>
 #include <filesystem>
@@ -13,8 +14,10 @@
 #include "apps/report/results.h"
 #include "apps/report/system_info.h"
 #include "apps/report/training_run.h"
+#include "apps/train/checkpointing.h"
 #include "apps/train/device.h"
 #include "apps/train/distributed.h"
+#include "apps/train/stop_signal.h"
 #include "apps/train/trainer.h"
 
 namespace tt {
@@ -53,6 +56,20 @@ cxxopts::Options make_options(const std::string& program) {
           " (none = v3 as shipped, recorded as the exercise's stage 5)",
       cxxopts::value<std::string>(), "NAME")(
       "help", "show this help");
+  o.add_options("Checkpoints and resume (docs/training.md)")(
+      "checkpoint-dir",
+      "write checkpoints into this folder as step_NNNNNN.pt: every --checkpoint-every steps, after the last step, "
+      "and when a signal (SIGINT, SIGTERM) stops the run [default none]",
+      cxxopts::value<std::string>(), "DIR")(
+      "checkpoint-every", "steps between checkpoints into --checkpoint-dir [default 0: only the last and a stop]",
+      cxxopts::value<int64_t>(), "N")(
+      "keep-checkpoints", "keep the newest K checkpoints in --checkpoint-dir, removing older ones [default 0: all]",
+      cxxopts::value<int64_t>(),
+      "K")("resume",
+           "continue the run this checkpoint was written by: weights, optimizer state, step, schedule, data position "
+           "and random state; the stage, model and training config must match, except training.num_steps and "
+           "training.log_every",
+           cxxopts::value<std::string>(), "FILE");
   o.add_options("Profiling")(
       "profile",
       "after the measured steps, record --profile-steps extra steps with LibTorch's Kineto profiler: "
@@ -192,6 +209,28 @@ ParsedCommandLine parse_command_line(const std::string& program, const std::vect
     throw ConfigError("--load-checkpoint: file '" + o.load_checkpoint + "' does not exist");
   if (!c.training.data.empty() && !std::filesystem::exists(c.training.data))
     throw ConfigError("training.data: file '" + c.training.data + "' does not exist");
+  override_field(r, "checkpoint-dir", o.checkpoint_dir);
+  override_field(r, "checkpoint-every", o.checkpoint_every);
+  override_field(r, "keep-checkpoints", o.keep_checkpoints);
+  override_field(r, "resume", o.resume);
+  for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"checkpoint-every", o.checkpoint_every},
+                                    {"keep-checkpoints", o.keep_checkpoints}}) {
+    if (!r.count(flag)) continue;
+    if (value < 1)
+      throw ConfigError(std::string("--") + flag + " " + std::to_string(value) + " is not allowed: must be >= 1");
+    if (o.checkpoint_dir.empty()) throw ConfigError(std::string("--") + flag + " needs --checkpoint-dir DIR");
+  }
+  if (!o.resume.empty()) {
+    if (!o.load_checkpoint.empty())
+      throw ConfigError(
+          "--resume and --load-checkpoint are not allowed together: --resume continues a run "
+          "(weights, optimizer, step, data position); --load-checkpoint starts a new one from weights");
+    if (r.count("eval-only")) throw ConfigError("--resume is not allowed with --eval-only: nothing is trained");
+    if (!std::filesystem::is_regular_file(o.resume))
+      throw ConfigError("--resume: file '" + o.resume + "' does not exist (or is not a file)");
+  }
+  if (!o.checkpoint_dir.empty() && r.count("eval-only"))
+    throw ConfigError("--checkpoint-dir is not allowed with --eval-only: nothing is trained");
   o.dist_timeout_given = r.count("dist-timeout") > 0;
   override_field(r, "dist-timeout", o.dist_timeout_s);
   if (o.dist_timeout_s < 1)
@@ -213,6 +252,8 @@ nlohmann::json run_description(const StageSpec& spec, const RunConfig& config, c
           {"flags",
            {{"no_graph", o.no_graph},
             {"load_checkpoint", o.load_checkpoint},
+            {"resume", o.resume},
+            {"checkpoint_every", o.checkpoint_every},
             {"eval_data", o.eval_data},
             {"eval_every", o.eval_every},
             {"profile_steps", o.profile_steps},
@@ -332,15 +373,37 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
     std::cerr << spec.name << ": error: " << *refusal << std::endl;
     return 2;
   }
+  // Checkpoints of another run in the folder would mix with this run's (and --keep-checkpoints would count
+  // them); a resume continues the run that wrote them.
+  if (writes_files && !options.checkpoint_dir.empty() && options.resume.empty() && !options.overwrite) {
+    const auto existing = checkpoints_in(options.checkpoint_dir);
+    if (!existing.empty()) {
+      std::cerr << spec.name << ": error: --checkpoint-dir '" << options.checkpoint_dir << "' already holds "
+                << existing.size() << " checkpoint(s) (newest " << existing.back().filename().string()
+                << "); --resume one of them, choose another folder, or pass --overwrite to write over them"
+                << std::endl;
+      return 2;
+    }
+  }
 
   torch::Device device = torch::kCPU;
+  std::optional<Checkpoint> resume_from;
   // Checked here as well as in Trainer, so that the run stops before any file is read or GPU memory taken.
   try {
-    if (spec.step == StepKind::kGraph && !options.eval_only && config.training.warmup_steps < kGraphWarmupSteps &&
-        resolve_device(config.training.device).is_cuda())
+    const bool graphed =
+        spec.step == StepKind::kGraph && !options.eval_only && resolve_device(config.training.device).is_cuda();
+    if (graphed && config.training.warmup_steps < kGraphWarmupSteps)
       throw ConfigError("config: field \"training.warmup_steps\" = " + std::to_string(config.training.warmup_steps) +
                         " is not allowed for " + spec.name + ", which captures its step as a graph during the " +
                         "warm-up: it needs at least " + std::to_string(kGraphWarmupSteps) + " (or run it with --no-graph)");
+    if (!options.resume.empty()) {
+      try {
+        resume_from = read_checkpoint(options.resume);
+      } catch (const c10::Error& e) {
+        throw ConfigError("--resume: " + std::string(e.what_without_backtrace()));
+      }
+      check_resumable(*resume_from, options.resume, spec.name, config, graphed);
+    }
   } catch (const std::exception& e) {
     std::cerr << spec.name << ": error: " << error_message(e) << std::endl;
     return 2;
@@ -374,27 +437,50 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
     }
     Trainer trainer(spec, config, device);
     if (!options.load_checkpoint.empty()) trainer.load_checkpoint(options.load_checkpoint);
+    RunExtras extras;
+    if (resume_from) {
+      extras.first_step = trainer.resume(*resume_from);
+      resume_from.reset();  // its tensors are in the model and optimizer now
+    }
     if (context) {
       broadcast_weights(*context, trainer.model());
-      trainer.use_runner(
-          std::make_unique<DataParallelStep>(*context, trainer.model(), trainer.optimizer(), trainer.precision()));
+      trainer.use_runner(std::make_unique<DataParallelStep>(*context, trainer.model(), trainer.optimizer(),
+                                                            trainer.precision(), config.training.grad_accum_steps));
     }
-    RunExtras extras;
     extras.distributed = context.get();
     extras.eval_data = std::move(eval_data);
     extras.eval_every = options.eval_every;
     if (options.profile_steps > 0) extras.profile = {options.profile_steps, trace};
-    // The checkpoint holds the last counted step: written before the extra steps of --profile and of the
-    // energy figure (apps/report/training_run.h).
-    extras.after_last_counted_step = [&] {
+    extras.checkpoints = {options.checkpoint_dir, options.checkpoint_every, options.keep_checkpoints};
+    // The checkpoint holds the last counted step (or the stop's): written before the extra steps of --profile
+    // and of the energy figure (apps/report/training_run.h).
+    extras.after_last_counted_step = [&](int64_t steps_done) {
       if (!writes_files || options.save_checkpoint.empty()) return;
-      trainer.save_checkpoint(options.save_checkpoint, options.overwrite);
+      trainer.save_checkpoint(options.save_checkpoint, options.overwrite, steps_done);
       std::cout << "checkpoint written to " << options.save_checkpoint << std::endl;
     };
+    // Installed for the training only: before it a signal ends the process as usual (nothing to save yet).
+    StopSignalGuard stop_on_signal;
+    std::unique_ptr<StopVote> vote;
+    if (context) vote = std::make_unique<StopVote>(*context);
+    extras.stop_requested = [&vote] {
+      const bool mine = stop_signal_received() != 0;
+      return vote ? (*vote)(mine) : mine;
+    };
     nlohmann::json result = run_training(trainer, extras, log);
-    if (!writes_files) return 0;
-    if (!options.scaling_baseline.empty()) fill_scaling_efficiency(result, options.scaling_baseline);
+    // 128 + the signal, the shell's code for a process the signal ended (ranks stopped by another rank's
+    // signal report SIGTERM's).
+    const int received = stop_signal_received();
+    const int exit_code = result["interrupted"].get<bool>() ? 128 + (received ? received : SIGTERM) : 0;
+    if (!writes_files) return exit_code;
+    if (!options.scaling_baseline.empty() && !result["summary"].is_null())
+      fill_scaling_efficiency(result, options.scaling_baseline);
     write_json_atomically(output, result, options.overwrite);
+    if (result["summary"].is_null()) {
+      std::cout << "result written to " << output << " (" << result["summary_note"].get<std::string>() << ")"
+                << std::endl;
+      return exit_code;
+    }
     const auto& s = result["summary"];
     // The caching allocator's peak exists on the GPU only.
     const std::string peak =
@@ -409,6 +495,7 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
         s["final_loss"].is_number() ? s["final_loss"].get<double>() : NAN);
     print_teaching_lines(spec.name, s);
     std::cout << "result written to " << output << std::endl;
+    if (exit_code != 0) return exit_code;
   } catch (const c10::OutOfMemoryError& e) {
     const auto mem = peak_memory(device);
     std::cerr << spec.name << ": out of GPU memory on config '" << config.name << "' (batch "

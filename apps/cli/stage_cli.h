@@ -16,6 +16,11 @@ struct RunOptions {
   bool overwrite = false;       // replace an existing result, trace or checkpoint file
   std::string save_checkpoint;
   std::string load_checkpoint;
+  // Checkpoints during training (apps/train/checkpointing.h) and the exact continuation of a run.
+  std::string checkpoint_dir;    // empty: none; set alone: one at the last step or at a stop on a signal
+  int64_t checkpoint_every = 0;  // also every N steps
+  int64_t keep_checkpoints = 0;  // newest N kept; 0: all
+  std::string resume;            // a checkpoint of this run (same stage, model and training config)
   bool validate_only = false;   // print the effective config and exit
   bool doctor = false;
   std::string eval_data;        // held-out text file: evaluated after training (or instead, with eval_only)

@@ -58,8 +58,10 @@ nlohmann::json build_result(const Trainer& trainer, const RunRecord& record, con
   const TrainConfig& t = config.training;
   const torch::Device& device = trainer.device();
   const Spread step = spread(record.step_ms);
-  const double tokens_per_step = static_cast<double>(t.batch_size * t.seq_len);
-  const double flops = training_flops_per_step(config.model, t.batch_size, t.seq_len);
+  // An optimizer step: all grad_accum_steps micro-batches' rows, every one of them forward and backward.
+  const int64_t rows_per_step = t.batch_size * t.grad_accum_steps;
+  const double tokens_per_step = static_cast<double>(rows_per_step * t.seq_len);
+  const double flops = training_flops_per_step(config.model, rows_per_step, t.seq_len);
   const double achieved_tflops = flops / (step.median * 1e-3) / 1e12;
   const auto peak = device.is_cuda() ? peak_flops(system.device_name, t.dtype, t.allow_tf32) : std::nullopt;
   const bool tf32 = t.dtype == Precision::kFp32 && t.allow_tf32;
@@ -70,7 +72,7 @@ nlohmann::json build_result(const Trainer& trainer, const RunRecord& record, con
       {"forward_ms", spread_or_null(record.forward_ms)},
       {"backward_ms", spread_or_null(record.backward_ms)},
       {"optimizer_ms", spread_or_null(record.optimizer_ms)},
-      {"samples_per_s", 1000.0 * static_cast<double>(t.batch_size) / step.median},
+      {"samples_per_s", 1000.0 * static_cast<double>(rows_per_step) / step.median},
       {"tokens_per_s", 1000.0 * tokens_per_step / step.median},
       {"model_tflop_per_step", flops / 1e12},
       {"achieved_tflops", achieved_tflops},
@@ -118,11 +120,15 @@ nlohmann::json build_result(const Trainer& trainer, const RunRecord& record, con
                                : "bf16 autocast, fp32 master weights, bf16 weight copies written by the optimizer")},
       {"batch_size", t.batch_size},
       {"seq_len", t.seq_len},
+      {"grad_accum_steps", t.grad_accum_steps},
       {"warmup_steps", t.warmup_steps},
-      {"measured_steps", t.num_steps},
-      {"tokens_per_step", t.batch_size * t.seq_len},
+      {"measured_steps", static_cast<int64_t>(record.step_ms.size())},
+      {"tokens_per_step", rows_per_step * t.seq_len},
       {"optimizer", {{"name", "AdamW"}, {"lr", t.learning_rate}, {"betas", {t.beta1, t.beta2}}, {"eps", t.adam_eps},
-                     {"weight_decay", t.weight_decay}, {"grad_clip", t.grad_clip}}},
+                     {"weight_decay", t.weight_decay}, {"grad_clip", t.grad_clip},
+                     {"lr_schedule", {{"kind", t.lr_schedule}, {"peak_lr", t.learning_rate}, {"min_lr", t.min_lr},
+                                      {"lr_warmup_steps", t.lr_warmup_steps},
+                                      {"total_steps", t.warmup_steps + t.num_steps}}}}},
       {"parameters", parameters},
       {"data", data},
       {"timing", device.is_cuda() ? "device events on the current stream" : "steady clock (CPU)"},

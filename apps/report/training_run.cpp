@@ -65,14 +65,26 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
   const uint64_t data_seed = static_cast<uint64_t>(t.seed) + 1;  // independent of the weight stream
   auto source = t.data.empty() ? make_synthetic_source(config.model.vocab_size, data_seed)
                                : make_text_source(t.data, t.seq_len, data_seed);
+  // With gradient accumulation a step's batch holds its micro-batches, in the order they run.
+  const int64_t rows_per_step = t.batch_size * t.grad_accum_steps;
   if (extras.distributed)
-    source = make_sharded_source(std::move(source), t.batch_size, extras.distributed->rank(),
+    source = make_sharded_source(std::move(source), rows_per_step, extras.distributed->rank(),
                                  extras.distributed->world_size());
-  Batches batches(std::move(source), t.batch_size, t.seq_len, total, device);
+  Batches batches(std::move(source), rows_per_step, t.seq_len, total - extras.first_step, device);
+  batches.skip(extras.first_step);
 
   log << "[" << trainer.spec().name << "] config " << config.name << " | " << to_string(t.dtype) << " | device "
-      << device.str() << " | batch " << t.batch_size << " x seq " << t.seq_len << " | " << t.warmup_steps
-      << " warm-up + " << t.num_steps << " measured steps | data: " << batches.source().describe() << std::endl;
+      << device.str() << " | batch " << t.batch_size << " x seq " << t.seq_len
+      << (t.grad_accum_steps > 1 ? " x " + std::to_string(t.grad_accum_steps) + " accumulated" : "") << " | "
+      << t.warmup_steps << " warm-up + " << t.num_steps << " measured steps"
+      << (t.lr_schedule != "constant" || t.lr_warmup_steps > 0
+              ? " | lr " + t.lr_schedule + " " + strprintf("%g", t.learning_rate) + " -> " +
+                    strprintf("%g", t.lr_schedule == "constant" ? t.learning_rate : t.min_lr) + ", ramp " +
+                    std::to_string(t.lr_warmup_steps)
+              : "")
+      << " | data: " << batches.source().describe() << std::endl;
+  if (extras.first_step > 0)
+    log << "[" << trainer.spec().name << "] resumed after step " << extras.first_step << std::endl;
   if (extras.distributed)
     log << "[" << trainer.spec().name << "] data parallel: " << extras.distributed->world_size() << " ranks ("
         << extras.distributed->env().source << ", " << collective_backend_name() << "), global batch "
@@ -85,17 +97,35 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
         << " | perplexity " << strprintf("%.3f", r.perplexity) << std::endl;
     eval_points.emplace_back(step, r);
   };
-  BetweenSteps between_steps;
-  if (extras.eval_data && extras.eval_every > 0)
-    between_steps = [&](int64_t done) {
-      if (done % extras.eval_every == 0) evaluate_at(done);
-    };
+  const bool writes_checkpoints =
+      extras.checkpoints.enabled() && (!extras.distributed || extras.distributed->rank() == 0);
+  int64_t checkpointed = extras.first_step;  // the step of the newest checkpoint: none written yet
+  auto checkpoint_at = [&](int64_t step) {
+    if (!writes_checkpoints || step == checkpointed) return;
+    log << "  checkpoint " << write_periodic_checkpoint(trainer, extras.checkpoints, step) << std::endl;
+    checkpointed = step;
+  };
+  BetweenSteps between_steps = [&](int64_t done) {
+    if (extras.eval_data && extras.eval_every > 0 && done % extras.eval_every == 0) evaluate_at(done);
+    if (extras.checkpoints.every > 0 && done % extras.checkpoints.every == 0) checkpoint_at(done);
+  };
 
-  const RunRecord record = train_loop(trainer.runner(), batches, t, device, log, between_steps);
-  if (extras.eval_data && (eval_points.empty() || eval_points.back().first != total)) evaluate_at(total);
-  if (extras.after_last_counted_step) extras.after_last_counted_step();
+  LoopControl control;
+  control.first_step = extras.first_step;
+  control.measure_from = trainer.first_measured_step(extras.first_step);
+  control.stop_requested = extras.stop_requested;
+  // The schedule's position: the optimizer's step count (a host sync for ours, before anything is timed).
+  const int64_t first_optimizer_step = trainer.optimizer().step_count();
+  const RunRecord record = train_loop(trainer.runner(), batches, t, device, log, between_steps, control);
+  checkpoint_at(record.steps_done);  // the last step's, or the stop's
+  if (record.interrupted)
+    log << "[" << trainer.spec().name << "] interrupted: stopped after step " << record.steps_done << "/" << total
+        << std::endl;
+  if (extras.eval_data && !record.interrupted && (eval_points.empty() || eval_points.back().first != total))
+    evaluate_at(total);
+  if (extras.after_last_counted_step) extras.after_last_counted_step(record.steps_done);
   nlohmann::json profile;
-  if (extras.profile.steps > 0) {
+  if (extras.profile.steps > 0 && !record.interrupted) {
     // After every measurement (profiler overhead must not reach step_ms); all profiled steps train on one
     // new batch, so the window holds the steps and nothing else.
     batches.next();
@@ -106,10 +136,28 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
       profile = record_profile(device, extras.profile, step, log);
   }
 
-  nlohmann::json result = build_result(trainer, record, batches.source().describe(), collect_system_info(device));
-  if (extras.eval_data) {
+  // A run stopped before its first measured step has losses but no timings: its result has no summary, so
+  // that validate_result_json (compare, the report) never takes it for a measurement.
+  nlohmann::json result = record.step_ms.empty()
+                              ? nlohmann::json{{"schema_version", kResultSchemaVersion},
+                                               {"stage", {{"name", trainer.spec().name}}},
+                                               {"config", to_json(config)},
+                                               {"system", to_json(collect_system_info(device))},
+                                               {"summary", nullptr},
+                                               {"summary_note", "stopped before the first measured step: no timings"},
+                                               {"losses", record.losses}}
+                              : build_result(trainer, record, batches.source().describe(), collect_system_info(device));
+  result["interrupted"] = record.interrupted;
+  result["first_step"] = record.first_step;  // "losses" and "lr" start after this many steps
+  result["steps_done"] = record.steps_done;
+  nlohmann::json lr = nlohmann::json::array();  // the rate each recorded step's update used
+  const AdamWOptions options = AdamWOptions::from(t);
+  for (int64_t i = 0; i < record.steps_done - record.first_step; ++i)
+    lr.push_back(options.lr_at_step(first_optimizer_step + i + 1));
+  result["lr"] = std::move(lr);
+  if (extras.eval_data && !eval_points.empty()) {
     nlohmann::json evaluation = to_json(eval_points.back().second, *extras.eval_data, t.seq_len, t.batch_size, t.dtype);
-    evaluation["step"] = total;
+    evaluation["step"] = eval_points.back().first;
     evaluation["every"] = extras.eval_every;
     evaluation["curve"] = nlohmann::json::array();
     for (const auto& [at, point] : eval_points) evaluation["curve"].push_back(curve_point(at, point));
@@ -117,8 +165,10 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
     result["evaluation"] = std::move(evaluation);
   }
   if (!profile.is_null()) result["profile"] = std::move(profile);
-  if (extras.distributed) result["distributed"] = distributed_report(*extras.distributed, trainer, result);
-  finish_run_energy(trainer, batches, record, extras.distributed, result, log);
+  if (extras.distributed && !result["summary"].is_null())
+    result["distributed"] = distributed_report(*extras.distributed, trainer, result);
+  // A stopped run ends now: no unrecorded steps for the energy figure after a signal asked to stop.
+  if (!record.interrupted) finish_run_energy(trainer, batches, record, extras.distributed, result, log);
   return result;
 }
 

@@ -5,11 +5,11 @@
 
 #include <functional>
 #include <iosfwd>
+#include <nlohmann/json.hpp>
 #include <optional>
 
-#include <nlohmann/json.hpp>
-
 #include "apps/report/profiling.h"
+#include "apps/train/checkpointing.h"
 #include "apps/train/distributed.h"
 #include "apps/train/evaluate.h"
 #include "apps/train/trainer.h"
@@ -30,7 +30,14 @@ struct RunExtras {
   // Called on every rank after the last counted step and the final evaluation, before any extra step
   // (--profile's, the energy figure's): work that must see the state of the last counted step, the
   // end-of-run checkpoint above all, goes here.
-  std::function<void()> after_last_counted_step;
+  std::function<void(int64_t steps_done)> after_last_counted_step;
+  // A resume: the run continues with this step (Trainer::resume restored the rest), its data stream too.
+  int64_t first_step = 0;
+  // Checkpoints between steps, and after the last step or a stop (rank 0 alone writes them).
+  CheckpointPolicy checkpoints;
+  // Asked after every step; true ends the run there, marked "interrupted" (data parallel: every rank must
+  // give the same answer at the same step). No profile is recorded and no final evaluation run then.
+  std::function<bool()> stop_requested;
 };
 
 // Trains with the run's data (synthetic tokens or the config's text file), then returns the result JSON.

@@ -89,4 +89,14 @@ void Batches::next() {
   labels_.copy_(rows.narrow(1, 1, seq_len_), /*non_blocking=*/true);
 }
 
+void Batches::skip(int64_t steps) {
+  for (int64_t left = steps; left > 0;) {
+    const int64_t piece = std::min(left, chunk_steps_);
+    auto rows = host_chunk_.narrow(0, 0, piece * batch_size_);
+    source_->fill(rows);
+    left -= piece;
+  }
+  cursor_ = chunk_steps_;  // the next batch comes from a fresh draw
+}
+
 }  // namespace tt

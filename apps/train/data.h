@@ -28,10 +28,15 @@ torch::Tensor read_byte_tokens(const std::string& path);
 
 class Batches {
  public:
+  // batch_size: rows per step (with gradient accumulation, all micro-batches' rows).
   Batches(std::unique_ptr<TokenSource> source, int64_t batch_size, int64_t seq_len, int64_t total_steps,
           const torch::Device& device);
   // Moves to the next batch. Uploads a new chunk when the current one is used up (outside any step).
   void next();
+  // Draws and drops the batches of `steps` steps, so that the next batch is the one a run that had taken
+  // them would get next (a resume). The sources draw row after row from one generator whatever the
+  // chunk size, so skipping in other pieces than the interrupted run's chunks gives the same rows.
+  void skip(int64_t steps);
   const torch::Tensor& inputs() const { return inputs_; }  // [B, S], fixed device buffer
   const torch::Tensor& labels() const { return labels_; }  // [B, S], fixed device buffer
   const TokenSource& source() const { return *source_; }

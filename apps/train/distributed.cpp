@@ -15,6 +15,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include <ATen/DeviceAccelerator.h>
+#include <c10/core/Event.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -483,6 +485,39 @@ std::vector<torch::Tensor> gradient_leaves(Transformer& model, Precision precisi
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Stopping together
+// ---------------------------------------------------------------------------------------------------
+
+struct StopVote::State {
+  torch::Tensor flag;  // on the device: 1 where this rank asks to stop, averaged over ranks
+  torch::Tensor host;  // pinned, the averaged flag copied back
+  c10::Event copied{c10::DeviceType::CUDA};
+  bool pending = false;
+};
+
+StopVote::StopVote(DistributedContext& context) : context_(context), state_(std::make_unique<State>()) {
+  state_->flag = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(context.device()));
+  state_->host = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(true));
+}
+
+StopVote::~StopVote() = default;
+
+bool StopVote::operator()(bool stop_here) {
+  auto& s = *state_;
+  bool agreed = false;
+  if (s.pending) {
+    s.copied.synchronize();  // the previous step's vote, not this step's work
+    agreed = s.host.item<float>() > 0;
+  }
+  s.flag.fill_(stop_here ? 1.0 : 0.0);
+  context_.average(s.flag);  // > 0 when any rank asked
+  s.host.copy_(s.flag, /*non_blocking=*/true);
+  s.copied.record(at::accelerator::getCurrentStream(context_.device().index()));
+  s.pending = true;
+  return agreed;
+}
+
+// ---------------------------------------------------------------------------------------------------
 // The data-parallel step
 // ---------------------------------------------------------------------------------------------------
 
@@ -499,13 +534,15 @@ constexpr int64_t kFirstBucketBytes = 1 << 20;
 constexpr int64_t kBucketBytes = 25 << 20;
 
 DataParallelStep::DataParallelStep(DistributedContext& context, Transformer model, Optimizer& optimizer,
-                                   Precision precision)
+                                   Precision precision, int64_t accum_steps)
     : context_(context),
       model_(std::move(model)),
       optimizer_(optimizer),
       precision_(precision),
       device_(model_->parameters().front().device()),
+      accum_steps_(accum_steps),
       state_(std::make_unique<State>()) {
+  TORCH_CHECK(accum_steps >= 1, "DataParallelStep: accum_steps must be >= 1, got ", accum_steps);
 #ifndef TT_DATA_PARALLEL
   TORCH_CHECK(false, "DataParallelStep: this build has no NCCL");
 #else
@@ -536,32 +573,45 @@ torch::Tensor DataParallelStep::step(const torch::Tensor&, const torch::Tensor&,
 #else
 torch::Tensor DataParallelStep::step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) {
   auto& reducer = *state_->reducer;
+  const int64_t k = accum_steps_;
+  StepTimer* phases = k == 1 ? timer : nullptr;  // see times_phases()
   if (timer) timer->mark(kStepStart);
-  torch::Tensor loss;
-  {
-    ScopedRange range("forward");
-    // In the order Python's DDP calls them. rebuild_buckets is a no-op except in the second step, where it
-    // re-buckets in the order the first backward produced gradients (a collective, on every rank alike).
-    reducer.prepare_for_forward();
-    reducer.rebuild_buckets();
-    AutocastScope autocast(device_, precision_);
-    loss = model_->loss(inputs, labels);
+  torch::Tensor total;
+  for (int64_t i = 0; i < k; ++i) {
+    // Only the last micro-batch's backward all-reduces; before it the Reducer is left out entirely, as
+    // under Python DDP's no_sync: without prepare_for_backward its hooks return at once, and the
+    // gradients accumulate on the parameters, which the last backward's buckets then carry.
+    const bool sync = i + 1 == k;
+    torch::Tensor loss;
+    {
+      ScopedRange range("forward");
+      // In the order Python's DDP calls them. rebuild_buckets is a no-op except in the second synced step,
+      // where it re-buckets in the order the first backward produced gradients (a collective, on every rank).
+      if (sync) {
+        reducer.prepare_for_forward();
+        reducer.rebuild_buckets();
+      }
+      AutocastScope autocast(device_, precision_);
+      loss = model_->loss(micro_batch(inputs, i, k), micro_batch(labels, i, k));
+    }
+    if (phases) phases->mark(kAfterForward);
+    if (k > 1) loss = loss / static_cast<double>(k);  // as in EagerStep::step
+    {
+      // The Reducer's hooks all-reduce each bucket as its gradients become ready; the backward returns after
+      // the last bucket's all-reduce is queued and the current stream waits for all of them.
+      ScopedRange range("backward");
+      if (sync) reducer.prepare_for_backward({loss});
+      loss.backward();
+    }
+    if (phases) phases->mark(kAfterBackward);
+    total = i == 0 ? loss.detach() : total + loss.detach();
   }
-  if (timer) timer->mark(kAfterForward);
-  {
-    // The Reducer's hooks all-reduce each bucket as its gradients become ready; the backward returns after
-    // the last bucket's all-reduce is queued and the current stream waits for all of them.
-    ScopedRange range("backward");
-    reducer.prepare_for_backward({loss});
-    loss.backward();
-  }
-  if (timer) timer->mark(kAfterBackward);
   torch::Tensor mean;
   {
     ScopedRange range("optimizer");
     optimizer_.step();
     optimizer_.zero_grad();
-    mean = loss.detach().to(torch::kFloat32).clone();
+    mean = total.to(torch::kFloat32).clone();
     context_.average(mean);  // the global batch's loss on every rank
   }
   if (timer) timer->mark(kStepEnd);

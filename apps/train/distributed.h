@@ -139,6 +139,22 @@ class DistributedContext {
   std::unique_ptr<Impl> impl_;
 };
 
+// A stop on a signal under data parallel: every rank must end after the same step, whichever got the
+// signal. Called after each step with this rank's request; queues the all-reduce of it and returns the
+// agreement of the previous call's all-reduce, waiting for that one only (not for the step just queued),
+// so the host still runs one step ahead. Every rank thus stops one step after the first signal.
+class StopVote {
+ public:
+  explicit StopVote(DistributedContext& context);
+  ~StopVote();
+  bool operator()(bool stop_here);
+
+ private:
+  struct State;
+  DistributedContext& context_;
+  std::unique_ptr<State> state_;
+};
+
 // Rank 0's weights (and, in bf16 stages, the compute copies refreshed from them) on every rank.
 void broadcast_weights(DistributedContext& context, Transformer& model);
 
@@ -149,12 +165,16 @@ std::vector<torch::Tensor> gradient_leaves(Transformer& model, Precision precisi
 
 // The eager step with the Reducer's gradient all-reduce overlapping the backward; the returned loss is the
 // mean over ranks (one more small all-reduce), so every rank records the global batch's loss.
+// With gradient accumulation (accum_steps k > 1, EagerStep's micro-batches) the first k - 1 backwards
+// accumulate locally with the Reducer idle (Python DDP's no_sync) and only the last one all-reduces: one
+// gradient all-reduce per optimizer step, of the sum of all k micro-batches' gradients.
 class DataParallelStep final : public StepRunner {
  public:
-  DataParallelStep(DistributedContext& context, Transformer model, Optimizer& optimizer, Precision precision);
+  DataParallelStep(DistributedContext& context, Transformer model, Optimizer& optimizer, Precision precision,
+                   int64_t accum_steps = 1);
   ~DataParallelStep() override;
   torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) override;
-  bool times_phases() const override { return true; }
+  bool times_phases() const override { return accum_steps_ == 1; }
   const char* describe() const override { return "eager, data parallel (c10d Reducer)"; }
   // Bytes of gradients all-reduced per step, per dtype.
   const std::vector<std::pair<torch::Dtype, int64_t>>& gradient_bytes() const { return gradient_bytes_; }
@@ -166,6 +186,7 @@ class DataParallelStep final : public StepRunner {
   Optimizer& optimizer_;
   Precision precision_;
   torch::Device device_;
+  int64_t accum_steps_;
   std::vector<std::pair<torch::Dtype, int64_t>> gradient_bytes_;
   std::unique_ptr<State> state_;
 };

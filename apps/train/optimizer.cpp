@@ -5,17 +5,22 @@
 namespace tt {
 namespace {
 
-// LibTorch's AdamW: a loop over parameters, about 18 elementwise kernels each per step.
+// LibTorch's AdamW: a loop over parameters, about 18 elementwise kernels each per step. The schedule
+// sets its one param group's learning rate before each step, as a Python LR scheduler does.
 class TorchAdamW final : public Optimizer {
  public:
   TorchAdamW(std::vector<torch::Tensor> params, const AdamWOptions& o)
       : Optimizer(params),
-        adamw_(params, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay)),
-        max_grad_norm_(o.max_grad_norm) {}
+        adamw_(params,
+               torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay)),
+        options_(o) {}
 
   void zero_grad() override { adamw_.zero_grad(/*set_to_none=*/true); }
   void step() override {
-    if (max_grad_norm_ > 0) clip_grad_norm(params_, max_grad_norm_);
+    if (options_.max_grad_norm > 0) clip_grad_norm(params_, options_.max_grad_norm);
+    // The step count is host state here (no sync); read before the step that advances it.
+    static_cast<torch::optim::AdamWOptions&>(adamw_.param_groups().front().options())
+        .lr(options_.lr_at_step(step_count() + 1));
     adamw_.step();
   }
 
@@ -50,7 +55,7 @@ class TorchAdamW final : public Optimizer {
     return it == states.end() ? nullptr : static_cast<const torch::optim::AdamWParamState*>(it->second.get());
   }
   torch::optim::AdamW adamw_;
-  double max_grad_norm_;
+  AdamWOptions options_;
 };
 
 // at::_fused_adamw_: one multi-tensor kernel family for all parameters, state and step counters on the
@@ -81,8 +86,9 @@ class FusedAdamW final : public Optimizer {
     }
     // _fused_adamw_ reads the step counters but does not advance them.
     at::_foreach_add_(steps_, 1.0);
-    at::_fused_adamw_(params_, grads, exp_avgs_, exp_avg_sqs_, {}, steps_, options_.lr, options_.beta1,
-                      options_.beta2, options_.weight_decay, options_.eps, /*amsgrad=*/false,
+    // The rate comes from the host's step count: this optimizer's stages run eagerly, never under a graph.
+    at::_fused_adamw_(params_, grads, exp_avgs_, exp_avg_sqs_, {}, steps_, options_.lr_at_step(host_steps_ + 1),
+                      options_.beta1, options_.beta2, options_.weight_decay, options_.eps, /*amsgrad=*/false,
                       /*maximize=*/false, std::nullopt, std::nullopt);
     ++host_steps_;
   }
@@ -114,7 +120,7 @@ class OurAdamW final : public Optimizer {
   OurAdamW(const Transformer& model, const AdamWOptions& o)
       : Optimizer(model->parameters()),
         copies_(model->compute_copies()),
-        hyper_{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.max_grad_norm},
+        hyper_{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.max_grad_norm, o.schedule},
         state_(ops::adamw_state(params_.empty() ? torch::Device(torch::kCPU) : params_.front().device())) {
     for (const auto& p : params_) {
       exp_avgs_.push_back(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
@@ -165,6 +171,18 @@ class OurAdamW final : public Optimizer {
 };
 
 }  // namespace
+
+LrSchedule lr_schedule_of(const TrainConfig& t) {
+  LrSchedule s;
+  s.kind = t.lr_schedule == "cosine"   ? LrScheduleKind::kCosine
+           : t.lr_schedule == "linear" ? LrScheduleKind::kLinear
+                                       : LrScheduleKind::kConstant;
+  s.peak_lr = t.learning_rate;
+  s.min_lr = t.min_lr;
+  s.warmup_steps = t.lr_warmup_steps;
+  s.total_steps = t.warmup_steps + t.num_steps;
+  return s;
+}
 
 std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const Transformer& model, const AdamWOptions& options) {
   TORCH_CHECK(model->compute_copies().empty() || kind == OptimizerKind::kOurAdamW,

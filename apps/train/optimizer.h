@@ -3,22 +3,34 @@
 // step. State (first/second moments, step count) is exposed per parameter for checkpoints.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <memory>
 #include <vector>
 
-#include <torch/torch.h>
-
+#include "kernels/lr_schedule.h"
 #include "models/config.h"
 #include "models/stage.h"
 #include "models/transformer.h"
 
 namespace tt {
 
+// The run's schedule: training.lr_schedule over every optimizer step (warmup_steps + num_steps), peaking at
+// training.learning_rate.
+LrSchedule lr_schedule_of(const TrainConfig& training);
+
 struct AdamWOptions {
   double lr = 3e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   double max_grad_norm = 0.0;  // 0: no clipping
+  LrSchedule schedule;         // its peak_lr is lr; the default is lr at every step
   static AdamWOptions from(const TrainConfig& t) {
-    return {t.learning_rate, t.beta1, t.beta2, t.adam_eps, t.weight_decay, t.grad_clip};
+    return {t.learning_rate, t.beta1, t.beta2, t.adam_eps, t.weight_decay, t.grad_clip, lr_schedule_of(t)};
+  }
+  // The learning rate of optimizer step `step` (1-based).
+  double lr_at_step(int64_t step) const {
+    LrSchedule s = schedule;
+    s.peak_lr = lr;
+    return lr_at(s, static_cast<double>(step));
   }
 };
 
@@ -27,7 +39,8 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // Gradients become undefined: no kernel per parameter, and the next backward writes fresh ones.
   virtual void zero_grad() = 0;
-  // Clips the gradients when max_grad_norm > 0 (without a host sync), then updates every parameter.
+  // Clips the gradients when max_grad_norm > 0 (without a host sync), then updates every parameter with
+  // the schedule's learning rate for this step (the step count + 1 before the call).
   virtual void step() = 0;
   // Moments of parameter i (shaped like it; undefined before the first step) and the step count.
   virtual torch::Tensor exp_avg(size_t i) const = 0;

@@ -30,11 +30,16 @@ class StepRunner {
 
 // The step op by op, as LibTorch's autograd runs it: forward (bf16 autocast under Precision::kBf16),
 // backward, optimizer (which clips the gradients when configured to), gradients reset to none.
+// With gradient accumulation (accum_steps k > 1) the batch holds k micro-batches of rows in order; each
+// runs forward and backward with its loss scaled by 1/k, the gradients add up on the parameters, and one
+// optimizer step follows: the step of one batch of all k micro-batches' rows, at the memory of one.
 class EagerStep final : public StepRunner {
  public:
-  EagerStep(Transformer model, Optimizer& optimizer, Precision precision);
+  EagerStep(Transformer model, Optimizer& optimizer, Precision precision, int64_t accum_steps = 1);
+  // inputs/labels [k * B, S]; returns the mean of the micro-batches' losses (the whole batch's loss).
   torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) override;
-  bool times_phases() const override { return true; }
+  // Forward and backward phases interleave across micro-batches, so only k = 1 times them apart.
+  bool times_phases() const override { return accum_steps_ == 1; }
   const char* describe() const override { return to_string(StepKind::kEager); }
 
   // Forward and backward only; gradients stay on the parameters (for the equivalence harness).
@@ -49,6 +54,11 @@ class EagerStep final : public StepRunner {
   Optimizer& optimizer_;
   Precision precision_;
   torch::Device device_;
+  int64_t accum_steps_;
 };
+
+// Rows [i * B, (i + 1) * B) of a batch of k micro-batches of B rows (a view: no copy, and under a graph
+// the same addresses at every replay). Throws when the rows are not k equal micro-batches.
+torch::Tensor micro_batch(const torch::Tensor& batch, int64_t i, int64_t k);
 
 }  // namespace tt

@@ -1,5 +1,7 @@
 #include "apps/train/trainer.h"
 
+#include <algorithm>
+
 #include "apps/train/graph_step.h"
 #include "models/checkpoint.h"
 
@@ -34,7 +36,7 @@ Trainer::Trainer(const StageSpec& spec, const RunConfig& config, const torch::De
       device_(device),
       model_(build_model(spec, config, device)),
       optimizer_(make_optimizer(spec.optimizer, model_, AdamWOptions::from(config.training))),
-      eager_(model_, *optimizer_, config.training.dtype) {
+      eager_(model_, *optimizer_, config.training.dtype, config.training.grad_accum_steps) {
   set_allow_tf32(config.training.allow_tf32);
   if (spec.step != StepKind::kGraph || !device.is_cuda()) return;
   // A replay repeats the captured kernel arguments: an optimizer that counts steps on the host (for bias
@@ -58,32 +60,103 @@ std::string Trainer::step_description() const {
   return out;
 }
 
-void Trainer::load_checkpoint(const std::string& path) {
-  const Checkpoint ck = read_checkpoint(path);
-  restore_weights(ck, model_);
+namespace {
+
+// Weights, optimizer moments and step from a checkpoint into a trainer's model and optimizer.
+void restore_training_state(const Checkpoint& ck, Transformer& model, Optimizer& optimizer) {
+  restore_weights(ck, model);
   if (ck.exp_avg.empty()) return;
   std::vector<torch::Tensor> m, v;
-  for (const auto& p : optimizer_->parameters()) {
+  for (const auto& p : optimizer.parameters()) {
     m.push_back(torch::zeros_like(p));
     v.push_back(torch::zeros_like(p));
   }
   torch::NoGradGuard no_grad;
-  for (const auto& slice : model_->canonical_layout()) {
-    const size_t i = parameter_index(*optimizer_, slice.parameter);
+  for (const auto& slice : model->canonical_layout()) {
+    const size_t i = parameter_index(optimizer, slice.parameter);
     auto a = ck.exp_avg.find(slice.name), b = ck.exp_avg_sq.find(slice.name);
     TORCH_CHECK(a != ck.exp_avg.end() && b != ck.exp_avg_sq.end(), "checkpoint: optimizer state for '", slice.name,
                 "' is missing");
     slice.of(m[i]).copy_(a->second);
     slice.of(v[i]).copy_(b->second);
   }
-  optimizer_->load_state(m, v, ck.step);
+  optimizer.load_state(m, v, ck.step);
 }
 
-void Trainer::save_checkpoint(const std::string& path, bool overwrite) const {
+}  // namespace
+
+void Trainer::load_checkpoint(const std::string& path) {
+  restore_training_state(read_checkpoint(path), model_, *optimizer_);
+}
+
+int64_t first_measured_step(const TrainConfig& training, int64_t first_step, bool graphed) {
+  return std::max(training.warmup_steps, first_step + (graphed ? kGraphWarmupSteps : 0));
+}
+
+int64_t Trainer::first_measured_step(int64_t first_step) const {
+  return tt::first_measured_step(config_.training, first_step, graphed_ && !replaced_);
+}
+
+int64_t Trainer::resume(const Checkpoint& ck) {
+  TORCH_CHECK(ck.run_step >= 0 && ck.cpu_rng_state.defined(), "Trainer::resume: the checkpoint has no run state");
+  restore_training_state(ck, model_, *optimizer_);
+  auto generator = at::detail::getDefaultCPUGenerator();
+  generator.set_state(ck.cpu_rng_state);
+  // The graph is captured anew: an eager step on the capture stream, then the capture, both unmeasured.
+  if (graphed_) graphed_ = std::make_unique<GraphedStep>(eager_, first_measured_step(ck.run_step) - ck.run_step - 1);
+  return ck.run_step;
+}
+
+const std::vector<std::string>& resumable_changes() {
+  static const std::vector<std::string> fields = {"training.num_steps", "training.log_every"};
+  return fields;
+}
+
+void check_resumable(const Checkpoint& ck, const std::string& path, const std::string& stage, const RunConfig& config,
+                     bool graphed) {
+  const std::string file = "--resume: checkpoint '" + path + "'";
+  if (ck.run_step < 0 || !ck.cpu_rng_state.defined())
+    throw ConfigError(file + " has no run state (\"" + kRunStepKey + "\", \"" + kCpuRngKey +
+                      "\"): it was written before resume existed; continue from its weights with --load-checkpoint");
+  std::string diff;
+  if (ck.stage != stage) diff += "\n  stage: checkpoint has \"" + ck.stage + "\", this run is \"" + stage + "\"";
+  auto compare = [&](const std::string& section, const nlohmann::json& theirs, const nlohmann::json& mine) {
+    for (const auto& [key, value] : mine.items()) {
+      const std::string field = section + "." + key;
+      const auto& other = theirs.contains(key) ? theirs.at(key) : nlohmann::json(nullptr);
+      const auto& allowed = resumable_changes();
+      if (other != value && std::find(allowed.begin(), allowed.end(), field) == allowed.end())
+        diff += "\n  " + field + ": checkpoint has " + other.dump() + ", this run has " + value.dump();
+    }
+  };
+  compare("model", to_json(ck.config.model), to_json(config.model));
+  compare("training", to_json(ck.config.training), to_json(config.training));
+  if (!diff.empty()) {
+    std::string allowed;
+    for (const auto& f : resumable_changes()) allowed += (allowed.empty() ? "" : ", ") + f;
+    throw ConfigError(file + " is of another run; these fields differ:" + diff + "\nA resume may change only " +
+                      allowed + " (and output paths and logging flags)");
+  }
+  const TrainConfig& t = config.training;
+  const int64_t total = t.warmup_steps + t.num_steps;
+  const int64_t measure_from = first_measured_step(t, ck.run_step, graphed);
+  if (measure_from >= total)
+    throw ConfigError(file + " is at step " + std::to_string(ck.run_step) + " of a run of " + std::to_string(total) +
+                      " steps (training.warmup_steps " + std::to_string(t.warmup_steps) + " + num_steps " +
+                      std::to_string(t.num_steps) + "): nothing is left to measure" +
+                      (graphed ? " (a graphed step first runs " + std::to_string(kGraphWarmupSteps) +
+                                     " unmeasured steps to capture again)"
+                               : "") +
+                      "; raise --num-steps to continue training");
+}
+
+void Trainer::save_checkpoint(const std::string& path, bool overwrite, int64_t run_step) const {
   Checkpoint ck;
   ck.config = config_;
   ck.stage = spec_.name;
   ck.step = optimizer_->step_count();
+  ck.run_step = run_step;
+  if (run_step >= 0) ck.cpu_rng_state = at::detail::getDefaultCPUGenerator().get_state();
   ck.weights = model_->canonical_state();
   for (const auto& slice : model_->canonical_layout()) {
     const size_t i = parameter_index(*optimizer_, slice.parameter);

@@ -5,14 +5,15 @@
 // canonical names and the optimizer's state.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <memory>
 #include <string>
-
-
-#include <torch/torch.h>
+#include <vector>
 
 #include "apps/train/optimizer.h"
 #include "apps/train/step.h"
+#include "models/checkpoint.h"
 #include "models/config.h"
 #include "models/stage.h"
 #include "models/transformer.h"
@@ -39,12 +40,21 @@ class Trainer {
 
   // Restores weights, optimizer moments and step from a checkpoint; a differing model config throws.
   void load_checkpoint(const std::string& path);
-  // Refuses an existing file unless overwrite is set.
-  void save_checkpoint(const std::string& path, bool overwrite) const;
+  // Writes weights, optimizer state and step; with run_step >= 0 also what --resume needs: the run's step
+  // run_step (its data position) and the CPU generator's state. Refuses an existing file unless overwrite.
+  void save_checkpoint(const std::string& path, bool overwrite, int64_t run_step = -1) const;
+  // Continues the run a checkpoint was taken from (check_resumable passed): weights, optimizer state and
+  // step (the schedule's position), the CPU generator; a graphed step captures anew after the resume.
+  // Returns the run's step to continue with.
+  int64_t resume(const Checkpoint& checkpoint);
+  // The first step whose timings count when the loop starts at first_step: after the warm-up steps, and
+  // for a graphed step after its own eager step and capture (kGraphWarmupSteps), which a resume repeats.
+  int64_t first_measured_step(int64_t first_step) const;
 
   Transformer& model() { return model_; }
   const Transformer& model() const { return model_; }
   Optimizer& optimizer() { return *optimizer_; }
+  const Optimizer& optimizer() const { return *optimizer_; }
   StepRunner& runner() { return replaced_ ? *replaced_ : graphed_ ? static_cast<StepRunner&>(*graphed_) : eager_; }
   const StepRunner& runner() const {
     return replaced_ ? *replaced_ : graphed_ ? static_cast<const StepRunner&>(*graphed_) : eager_;
@@ -73,5 +83,19 @@ class Trainer {
 
 // Warm-up steps a graphed run needs: at least one eager step on the capture stream, then the capture.
 constexpr int64_t kGraphWarmupSteps = 2;
+
+// The first step whose timings count in a run that starts at first_step (see Trainer::first_measured_step).
+int64_t first_measured_step(const TrainConfig& training, int64_t first_step, bool graphed);
+
+// The training fields a resume may change: they end or report the run, not what each step computes.
+// (Output paths and logging flags are not config fields; they may change too.)
+const std::vector<std::string>& resumable_changes();
+
+// Throws ConfigError, naming the file and every field that differs, unless the checkpoint at `path` can
+// continue this run: written with run state (by a run of this version), by stage `stage`, with the same
+// model and training config except resumable_changes(), and with steps left (at least one measured: a
+// graphed step needs kGraphWarmupSteps more). `graphed` says whether this run's step will be a graph.
+void check_resumable(const Checkpoint& checkpoint, const std::string& path, const std::string& stage,
+                     const RunConfig& config, bool graphed);
 
 }  // namespace tt

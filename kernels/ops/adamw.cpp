@@ -28,6 +28,12 @@ void check_inputs(const std::vector<AdamWParam>& params, const torch::Tensor& st
   TORCH_CHECK(h.beta2 >= 0 && h.beta2 < 1, "tt::ops::adamw_step: beta2 must be in [0, 1), got ", h.beta2);
   TORCH_CHECK(h.eps > 0, "tt::ops::adamw_step: eps must be > 0, got ", h.eps);
   TORCH_CHECK(h.weight_decay >= 0, "tt::ops::adamw_step: weight_decay must be >= 0, got ", h.weight_decay);
+  const LrSchedule schedule = h.lr_schedule();
+  TORCH_CHECK(schedule.min_lr >= 0 && schedule.min_lr <= h.lr,
+              "tt::ops::adamw_step: schedule.min_lr must be in [0, lr = ", h.lr, "], got ", schedule.min_lr);
+  TORCH_CHECK(schedule.warmup_steps >= 0 && schedule.total_steps >= 1,
+              "tt::ops::adamw_step: the schedule needs warmup_steps >= 0 and total_steps >= 1, got ",
+              schedule.warmup_steps, " and ", schedule.total_steps);
   TORCH_CHECK(h.max_grad_norm >= 0, "tt::ops::adamw_step: max_grad_norm must be >= 0 (0 = no clipping), got ",
               h.max_grad_norm);
   TORCH_CHECK(state.defined() && state.scalar_type() == torch::kFloat32 && state.numel() == kAdamWStateSize &&
@@ -104,11 +110,14 @@ void step_aten(const std::vector<AdamWParam>& params, const torch::Tensor& state
   s[kAdamWClipScale] = clip_scale;
   const double bias_correction1 = 1.0 - std::pow(h.beta1, static_cast<double>(step));
   const double bias_correction2 = 1.0 - std::pow(h.beta2, static_cast<double>(step));
-  const auto step_size = static_cast<float>(h.lr / bias_correction1);
+  const double lr = lr_at(h.lr_schedule(), static_cast<double>(step));
+  const auto step_size = static_cast<float>(lr / bias_correction1);
   const auto bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  const auto decay = static_cast<float>(1.0 - lr * h.weight_decay);
   s[kAdamWStepSize] = step_size;
   s[kAdamWBiasCorrection2Sqrt] = bias_correction2_sqrt;
-  const auto decay = static_cast<float>(1.0 - h.lr * h.weight_decay);
+  s[kAdamWLr] = static_cast<float>(lr);
+  s[kAdamWDecay] = decay;
   const auto beta1 = static_cast<float>(h.beta1), beta2 = static_cast<float>(h.beta2);
   const auto one_minus_beta1 = static_cast<float>(1.0 - h.beta1), one_minus_beta2 = static_cast<float>(1.0 - h.beta2);
   for (size_t i = 0; i < params.size(); ++i) {
@@ -152,7 +161,7 @@ void step_gpu(const std::vector<AdamWParam>& params, const torch::Tensor& state,
     list.first_block[list.count + 1] = list.first_block[list.count] + (t.numel + kernels::kAdamWChunk - 1) / kernels::kAdamWChunk;
     ++list.count;
   }
-  const kernels::AdamWHyper hyper{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.max_grad_norm};
+  const kernels::AdamWHyper hyper{h.lr_schedule(), h.beta1, h.beta2, h.eps, h.weight_decay, h.max_grad_norm};
   const int64_t num_partials =
       h.max_grad_norm > 0 ? kernels::adamw_norm_partials(lists.data(), static_cast<int>(lists.size())) : 0;
   auto partials = torch::empty({std::max<int64_t>(num_partials, 1)}, state.options());

@@ -3,15 +3,25 @@
 // Function: an optimizer step has no backward.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <vector>
 
-#include <torch/torch.h>
+#include "kernels/lr_schedule.h"
 
 namespace tt::ops {
 
 struct AdamWHyperparameters {
   double lr = 3e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   double max_grad_norm = 0.0;  // clip the global gradient norm to this; 0: no clipping
+  // The rate of step t is lr_at(schedule, t) with schedule.peak_lr = lr (the field above wins); the default,
+  // constant without warm-up, is lr at every step.
+  LrSchedule schedule;
+  LrSchedule lr_schedule() const {
+    LrSchedule s = schedule;
+    s.peak_lr = lr;
+    return s;
+  }
 };
 
 // One parameter. Its gradient is grad + copy_grad, over whichever of the two are defined (a tied weight
@@ -26,13 +36,22 @@ struct AdamWParam {
 };
 
 // Elements of the state tensor adamw_step keeps on the masters' device (fp32).
-constexpr int64_t kAdamWStateSize = 5;
-enum AdamWStateField : int64_t { kAdamWStep, kAdamWClipScale, kAdamWStepSize, kAdamWBiasCorrection2Sqrt, kAdamWGradNorm };
+constexpr int64_t kAdamWStateSize = 7;
+enum AdamWStateField : int64_t {
+  kAdamWStep,
+  kAdamWClipScale,
+  kAdamWStepSize,
+  kAdamWBiasCorrection2Sqrt,
+  kAdamWGradNorm,
+  kAdamWLr,     // the learning rate of the last step
+  kAdamWDecay,  // 1 - lr * weight_decay of the last step
+};
 // A fresh state: step 0.
 torch::Tensor adamw_state(const torch::Device& device);
 
 // Advances state's step counter and updates every parameter:
 //   g = (grad + copy_grad) * clip,  clip = min(1, max_grad_norm / (||all g|| + 1e-6)) when clipping
+//   lr = lr_at(hyper.lr_schedule(), step), evaluated where the step counter lives (on the device for GPU state)
 //   master *= 1 - lr * weight_decay;  m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
 //   master -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps);  copy = round(master)
 // All on the device, no host sync: a captured graph replays it as it is.
