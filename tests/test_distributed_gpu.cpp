@@ -64,11 +64,18 @@ struct Trained {
   std::map<std::string, torch::Tensor> weights;
 };
 
+// The weights are taken at the last counted step: a GPU run may train on, unrecorded, for its energy figure
+// after the result is made (apps/report/training_run.h), and the hook runs before those steps.
 Trained train_plain(const StageSpec& spec, const RunConfig& config) {
   std::ostringstream log;
   Trainer trainer(spec, config, torch::Device(torch::kCUDA, 0));
-  auto result = run_training(trainer, {}, log);
-  return {result, trainer.model()->canonical_state()};
+  Trained trained;
+  RunExtras extras;
+  extras.after_last_counted_step = [&](int64_t) {
+    for (const auto& [name, w] : trainer.model()->canonical_state()) trained.weights[name] = w.detach().clone();
+  };
+  trained.result = run_training(trainer, extras, log);
+  return trained;
 }
 
 Trained train_one_rank(const StageSpec& spec, const RunConfig& config) {
@@ -78,10 +85,14 @@ Trained train_one_rank(const StageSpec& spec, const RunConfig& config) {
   broadcast_weights(context, trainer.model());
   trainer.use_runner(std::make_unique<DataParallelStep>(context, trainer.model(), trainer.optimizer(),
                                                         trainer.precision(), config.training.grad_accum_steps));
+  Trained trained;
   RunExtras extras;
   extras.distributed = &context;
-  auto result = run_training(trainer, extras, log);
-  return {result, trainer.model()->canonical_state()};
+  extras.after_last_counted_step = [&](int64_t) {
+    for (const auto& [name, w] : trainer.model()->canonical_state()) trained.weights[name] = w.detach().clone();
+  };
+  trained.result = run_training(trainer, extras, log);
+  return trained;
 }
 
 double largest_relative_difference(const nlohmann::json& a, const nlohmann::json& b) {
