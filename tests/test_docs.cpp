@@ -172,7 +172,7 @@ TEST(Docs, EveryFlagNamedIsAnOptionOfOursOrAListedTools) {
       {"nsys, rocprof-sys-sample", {"--trace", "--host"}},
       {"rocprofv3", {"--runtime-trace", "--kernel-trace", "--stats"}},
       {"rocprof-compute", {"--roof-only", "--path", "--name"}},
-      {"srun", {"--nodes", "--ntasks-per-node", "--gpus-per-node"}},
+      {"srun, sbatch", {"--nodes", "--ntasks-per-node", "--gpus-per-node", "--signal"}},
       {"pip", {"--index-url"}},
   };
   for (const auto& [tool, flags] : tools) known.insert(flags.begin(), flags.end());
