@@ -36,19 +36,8 @@ namespace tt::kernels {
 
 namespace {
 
-template <typename T>
-__device__ const T* head_ptr(const void* base, const FlashStrides& strides, int64_t batch, int64_t head) {
-  return static_cast<const T*>(base) + batch * strides.batch + head * strides.head;
-}
-template <typename T>
-__device__ T* head_ptr(void* base, const FlashStrides& strides, int64_t batch, int64_t head) {
-  return static_cast<T*>(base) + batch * strides.batch + head * strides.head;
-}
+using namespace flash;
 
-template <int kD>
-__device__ float softmax_scale() {
-  return 1.0f / sqrtf(static_cast<float>(kD));
-}
 
 // =================================================================================================
 // delta = rowsum(dO * O): the backward's pre-pass, shared by both kernel generations
@@ -56,12 +45,6 @@ __device__ float softmax_scale() {
 
 constexpr int kDeltaThreads = 2 * kMaxWarpSize;
 
-template <int kLanes>
-__device__ float lanes_sum(float value) {
-#pragma unroll
-  for (int offset = 1; offset < kLanes; offset *= 2) value += shfl_xor(value, offset);
-  return value;
-}
 
 // One row per kLanes threads, 16-byte loads.
 template <typename T, int kD>
@@ -813,9 +796,6 @@ __global__ void __launch_bounds__(BackwardQShape<kD>::kThreads) flash_backward_q
 // Launchers
 // =================================================================================================
 
-unsigned blocks_for(int64_t rows, int rows_per_block) {
-  return static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
-}
 
 template <typename T, int kD>
 LaunchStatus delta_for(const FlashBackwardParams& p, gpuStream_t stream) {
@@ -823,21 +803,6 @@ LaunchStatus delta_for(const FlashBackwardParams& p, gpuStream_t stream) {
   flash_delta_kernel<T, kD><<<blocks_for(p.batch * p.q_heads * p.seq, kRowsPerBlock), kDeltaThreads, 0, stream>>>(p);
   return last_launch_status();
 }
-
-// The one switch from the runtime head_dim to the kernels' compile-time one: calls f with
-// std::integral_constant<int, head_dim>, or returns false for a head_dim without kernels.
-template <typename F>
-bool dispatch_head_dim(int64_t head_dim, F&& f) {
-  switch (head_dim) {
-    case 16: f(std::integral_constant<int, 16>{}); return true;  // small teaching models (configs/smoke.json)
-    case 32: f(std::integral_constant<int, 32>{}); return true;
-    case 64: f(std::integral_constant<int, 64>{}); return true;
-    case 128: f(std::integral_constant<int, 128>{}); return true;
-    default: return false;
-  }
-}
-
-constexpr const char* kUnsupportedHeadDim = "flash attention kernels exist for head_dim 16, 32, 64 and 128 only";
 
 #if defined(TT_MMA_SYNC)
 // Long sequences take blocks of 128 queries, 4 warps of 32 rows (each K/V tile is read from L2 once for 128
@@ -878,6 +843,8 @@ LaunchStatus register_backward_for(const FlashBackwardParams& p, gpuStream_t str
   return last_launch_status();
 }
 
+#endif
+
 // Calls f(T{}) for the 16-bit dtypes the register kernels take.
 template <typename F>
 void dispatch_16bit(DType dtype, F&& f) {
@@ -893,7 +860,6 @@ void dispatch_rope(bool rope, F&& f) {
     f(std::false_type{});
   }
 }
-#endif
 
 }  // namespace
 
@@ -922,49 +888,56 @@ LaunchStatus flash_attention_delta(const FlashBackwardParams& params, DType dtyp
   return supported ? status : LaunchStatus{kUnsupportedHeadDim};
 }
 
-LaunchStatus flash_attention_forward(const FlashForwardParams& params, DType dtype, void* stream, FlashKernel kernel) {
+namespace {
+
+// The two entry points' shared path: the generation's availability, the shared-memory kernels (`tiled`), the
+// empty-input shortcut, and the switch from the runtime head_dim, dtype and RoPE flag to the register kernels'
+// template parameters, which `launch(element, head_dim, rope)` receives as tags.
+template <typename Params, typename Tiled, typename Launch>
+LaunchStatus dispatch(const Params& params, DType dtype, void* stream, FlashKernel kernel, Tiled tiled,
+                      Launch launch) {
   if (!flash_kernel_available(kernel, dtype)) return {"this flash attention kernel does not exist for this dtype"};
   if (kernel == FlashKernel::kSharedMemoryTiles) {
     if (params.rope_cos != nullptr) return {"the shared-memory flash attention kernels take no RoPE"};
-    return flash_attention_forward_tiled(params, dtype, stream);
+    return tiled(params, dtype, stream);
   }
   if (params.batch == 0 || params.q_heads == 0 || params.seq == 0) return {};
   LaunchStatus status;
-  bool supported = false;
-#if defined(TT_MMA_SYNC)
-  supported = dispatch_head_dim(params.head_dim, [&](auto head_dim) {
+  const bool supported = dispatch_head_dim(params.head_dim, [&](auto head_dim) {
     dispatch_16bit(dtype, [&](auto element) {
-      dispatch_rope(params.rope_cos != nullptr, [&](auto rope) {
-        status = register_forward_for<decltype(element), decltype(head_dim)::value, decltype(rope)::value>(
-            params, to_stream(stream));
-      });
+      dispatch_rope(params.rope_cos != nullptr, [&](auto rope) { status = launch(element, head_dim, rope); });
     });
   });
-#endif
   return supported ? status : LaunchStatus{kUnsupportedHeadDim};
+}
+
+}  // namespace
+
+LaunchStatus flash_attention_forward(const FlashForwardParams& params, DType dtype, void* stream, FlashKernel kernel) {
+  return dispatch(params, dtype, stream, kernel, flash_attention_forward_tiled,
+                  [&](auto element, auto head_dim, auto rope) -> LaunchStatus {
+#if defined(TT_MMA_SYNC)
+                    return register_forward_for<decltype(element), decltype(head_dim)::value, decltype(rope)::value>(
+                        params, to_stream(stream));
+#else
+                    (void)element, (void)head_dim, (void)rope;
+                    return {kUnsupportedHeadDim};  // unreachable: flash_kernel_available said no
+#endif
+                  });
 }
 
 LaunchStatus flash_attention_backward(const FlashBackwardParams& params, DType dtype, void* stream,
                                       FlashKernel kernel) {
-  if (!flash_kernel_available(kernel, dtype)) return {"this flash attention kernel does not exist for this dtype"};
-  if (kernel == FlashKernel::kSharedMemoryTiles) {
-    if (params.rope_cos != nullptr) return {"the shared-memory flash attention kernels take no RoPE"};
-    return flash_attention_backward_tiled(params, dtype, stream);
-  }
-  if (params.batch == 0 || params.q_heads == 0 || params.seq == 0) return {};
-  LaunchStatus status;
-  bool supported = false;
+  return dispatch(params, dtype, stream, kernel, flash_attention_backward_tiled,
+                  [&](auto element, auto head_dim, auto rope) -> LaunchStatus {
 #if defined(TT_MMA_SYNC)
-  supported = dispatch_head_dim(params.head_dim, [&](auto head_dim) {
-    dispatch_16bit(dtype, [&](auto element) {
-      dispatch_rope(params.rope_cos != nullptr, [&](auto rope) {
-        status = register_backward_for<decltype(element), decltype(head_dim)::value, decltype(rope)::value>(
-            params, to_stream(stream));
-      });
-    });
-  });
+                    return register_backward_for<decltype(element), decltype(head_dim)::value, decltype(rope)::value>(
+                        params, to_stream(stream));
+#else
+                    (void)element, (void)head_dim, (void)rope;
+                    return {kUnsupportedHeadDim};  // unreachable: flash_kernel_available said no
 #endif
-  return supported ? status : LaunchStatus{kUnsupportedHeadDim};
+                  });
 }
 
 }  // namespace tt::kernels

@@ -111,4 +111,56 @@ LaunchStatus flash_attention_delta(const FlashBackwardParams& params, DType dtyp
 LaunchStatus flash_attention_forward_tiled(const FlashForwardParams& params, DType dtype, void* stream);
 LaunchStatus flash_attention_backward_tiled(const FlashBackwardParams& params, DType dtype, void* stream);
 
+#if defined(__CUDACC__) || defined(__HIP__)
+// =================================================================================================
+// Shared by the two generations' sources (flash_attention.cu, flash_attention_tiled.cu)
+// =================================================================================================
+namespace flash {
+
+template <typename T>
+__device__ inline const T* head_ptr(const void* base, const FlashStrides& strides, int64_t batch, int64_t head) {
+  return static_cast<const T*>(base) + batch * strides.batch + head * strides.head;
+}
+template <typename T>
+__device__ inline T* head_ptr(void* base, const FlashStrides& strides, int64_t batch, int64_t head) {
+  return static_cast<T*>(base) + batch * strides.batch + head * strides.head;
+}
+
+// 1/sqrt(D). The kernels fold log2(e) into it and use exp2 for exp.
+template <int kD>
+__device__ inline float softmax_scale() {
+  return 1.0f / sqrtf(static_cast<float>(kD));
+}
+
+// Sum over the kLanes consecutive lanes that share a row (kLanes divides every warp width): a butterfly, so all
+// of them end with the same value, combined in the same order on every run.
+template <int kLanes>
+__device__ inline float lanes_sum(float value) {
+#pragma unroll
+  for (int offset = 1; offset < kLanes; offset *= 2) value += shfl_xor(value, offset);
+  return value;
+}
+
+inline unsigned blocks_for(int64_t rows, int rows_per_block) {
+  return static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
+}
+
+// The one switch from the runtime head_dim to the kernels' compile-time one: calls f with
+// std::integral_constant<int, head_dim>, or returns false for a head_dim without kernels.
+template <typename F>
+bool dispatch_head_dim(int64_t head_dim, F&& f) {
+  switch (head_dim) {
+    case 16: f(std::integral_constant<int, 16>{}); return true;  // small teaching models (configs/smoke.json)
+    case 32: f(std::integral_constant<int, 32>{}); return true;
+    case 64: f(std::integral_constant<int, 64>{}); return true;
+    case 128: f(std::integral_constant<int, 128>{}); return true;
+    default: return false;
+  }
+}
+
+constexpr const char* kUnsupportedHeadDim = "flash attention kernels exist for head_dim 16, 32, 64 and 128 only";
+
+}  // namespace flash
+#endif  // defined(__CUDACC__) || defined(__HIP__)
+
 }  // namespace tt::kernels

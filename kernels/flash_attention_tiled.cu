@@ -35,6 +35,8 @@ namespace tt::kernels {
 
 namespace {
 
+using namespace flash;
+
 // =================================================================================================
 // Tile shapes and shared-memory layout
 // =================================================================================================
@@ -250,27 +252,6 @@ __device__ float lanes_max(float value) {
 #pragma unroll
   for (int offset = 1; offset < kLanes; offset *= 2) value = fmaxf(value, shfl_xor(value, offset));
   return value;
-}
-template <int kLanes>
-__device__ float lanes_sum(float value) {
-#pragma unroll
-  for (int offset = 1; offset < kLanes; offset *= 2) value += shfl_xor(value, offset);
-  return value;
-}
-
-// 1/sqrt(D). The kernels fold log2(e) into it and use exp2 for exp.
-template <int kD>
-__device__ float softmax_scale() {
-  return 1.0f / sqrtf(static_cast<float>(kD));
-}
-
-template <typename T>
-__device__ const T* head_ptr(const void* base, const FlashStrides& strides, int64_t batch, int64_t head) {
-  return static_cast<const T*>(base) + batch * strides.batch + head * strides.head;
-}
-template <typename T>
-__device__ T* head_ptr(void* base, const FlashStrides& strides, int64_t batch, int64_t head) {
-  return static_cast<T*>(base) + batch * strides.batch + head * strides.head;
 }
 
 // =================================================================================================
@@ -564,9 +545,6 @@ __global__ void __launch_bounds__(kThreads) flash_backward_q_kernel(FlashBackwar
 // Launchers
 // =================================================================================================
 
-unsigned blocks_for(int64_t rows, int rows_per_block) {
-  return static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
-}
 
 template <typename T, int kD>
 LaunchStatus forward_for(const FlashForwardParams& p, gpuStream_t stream) {
@@ -599,20 +577,6 @@ LaunchStatus backward_for(const FlashBackwardParams& p, DType dtype, gpuStream_t
   return last_launch_status();
 }
 
-// The one switch from the runtime head_dim to the kernels' compile-time tile shapes: calls f with
-// std::integral_constant<int, head_dim>, or returns false for a head_dim without kernels.
-template <typename F>
-bool dispatch_head_dim(int64_t head_dim, F&& f) {
-  switch (head_dim) {
-    case 16: f(std::integral_constant<int, 16>{}); return true;  // small teaching models (configs/smoke.json)
-    case 32: f(std::integral_constant<int, 32>{}); return true;
-    case 64: f(std::integral_constant<int, 64>{}); return true;
-    case 128: f(std::integral_constant<int, 128>{}); return true;
-    default: return false;
-  }
-}
-
-constexpr const char* kUnsupportedHeadDim = "flash attention kernels exist for head_dim 16, 32, 64 and 128 only";
 
 }  // namespace
 
