@@ -156,6 +156,25 @@ TEST(LrSchedule, ResultRecordsTheScheduleAndEveryStepsRate) {
   EXPECT_DOUBLE_EQ(r["lr"][5].get<double>(), 1e-4);
   EXPECT_EQ(r.at("interrupted"), false);
   EXPECT_NO_THROW(validate_result_json(r));
+
+  // The checker holds the new fields to their shape: a rate per recorded step, a bool for the stop.
+  auto rejects = [](const nlohmann::json& broken, const std::string& fragment) {
+    try {
+      validate_result_json(broken);
+      ADD_FAILURE() << "validate_result_json accepted a result it should refuse with \"" << fragment << "\"";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  auto short_rates = r;
+  short_rates["lr"].erase(short_rates["lr"].size() - 1);
+  rejects(short_rates, "\"lr\" has 5 entries but \"losses\" has 6");
+  auto bad_stop = r;
+  bad_stop["interrupted"] = "no";
+  rejects(bad_stop, "field \"interrupted\" has the wrong type");
+  auto no_kind = r;
+  no_kind["training"]["optimizer"]["lr_schedule"].erase("kind");
+  rejects(no_kind, "field \"training.optimizer.lr_schedule.kind\" is missing");
 }
 
 // ---- Gradient accumulation ------------------------------------------------------------------------------

@@ -195,6 +195,26 @@ void validate_result_json(const nlohmann::json& r) {
   expect_field(r, "step_ms", JsonKind::kArray);
   for (const auto& v : r["losses"])
     if (!v.is_number() && !v.is_null()) throw std::runtime_error("result JSON: \"losses\" holds a non-number: " + v.dump());
+  // The trainer's fields (schedule, rates, stop and resume) and the energy window arrived after schema version 1's
+  // first files: checked where present.
+  if (r.contains("lr")) {
+    expect_field(r, "lr", JsonKind::kArray);
+    if (r["lr"].size() != r["losses"].size())
+      throw std::runtime_error("result JSON: \"lr\" has " + std::to_string(r["lr"].size()) + " entries but \"losses\" has " +
+                               std::to_string(r["losses"].size()) + " (one rate per recorded step)");
+    for (const auto& v : r["lr"])
+      if (!v.is_number()) throw std::runtime_error("result JSON: \"lr\" holds a non-number: " + v.dump());
+  }
+  if (r["training"].contains("optimizer") && r["training"]["optimizer"].contains("lr_schedule"))
+    expect_field(r, "training.optimizer.lr_schedule.kind", JsonKind::kString);
+  if (r.contains("interrupted")) expect_field(r, "interrupted", JsonKind::kBool);
+  for (const char* p : {"first_step", "steps_done"})
+    if (r.contains(p)) expect_field(r, p, JsonKind::kInteger);
+  if (r["summary"].contains("energy_window") && !r["summary"]["energy_window"].is_null()) {
+    expect_field(r, "summary.energy_window.steps", JsonKind::kInteger);
+    expect_field(r, "summary.energy_window.seconds", JsonKind::kNumber);
+    expect_field(r, "summary.energy_window.extra_steps", JsonKind::kBool);
+  }
   if (r.contains("evaluation")) validate_evaluation_json(r["evaluation"]);
 }
 
