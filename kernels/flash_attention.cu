@@ -204,23 +204,6 @@ __device__ __forceinline__ void mma_abt(float (&acc)[kN / 8][4], const uint32_t 
   }
 }
 
-// acc [16 x kD] += A [16 x kK] B, with A's fragments in registers and B [kK x kD] rows b_row0.. of a shared
-// tile.
-template <typename T, int kD, int kK>
-__device__ __forceinline__ void mma_ab(float (&acc)[kD / 8][4], const uint32_t (&a)[kK / 16][4], const T* b_tile,
-                                       int b_row0) {
-#pragma unroll
-  for (int k = 0; k < kK / 16; ++k) {
-#pragma unroll
-    for (int n = 0; n < kD / 16; ++n) {
-      uint32_t b[4];
-      load_b<kD>(b, b_tile, b_row0 + 16 * k, 16 * n);
-      mma_16x8x16<T>(acc[2 * n], a[k], b[0], b[1]);
-      mma_16x8x16<T>(acc[2 * n + 1], a[k], b[2], b[3]);
-    }
-  }
-}
-
 // acc[m] [16 x kN] += A_m [16 x kK] B^T for kM row fragments of a shared A tile (rows a_row0 + 16 m ..), B^T
 // [kN x kK] from rows b_row0.. of a shared tile: each B fragment, loaded once, serves all kM row fragments.
 template <typename T, int kD, int kK, int kN, int kM>
@@ -262,6 +245,14 @@ __device__ __forceinline__ void mma_ab_rows(float (&acc)[kM][kD / 8][4], const u
       }
     }
   }
+}
+
+// acc [16 x kD] += A [16 x kK] B for one row fragment: mma_ab_rows with kM = 1 (the backward's form).
+template <typename T, int kD, int kK>
+__device__ __forceinline__ void mma_ab(float (&acc)[kD / 8][4], const uint32_t (&a)[kK / 16][4], const T* b_tile,
+                                       int b_row0) {
+  mma_ab_rows<T, kD, kK, 1>(reinterpret_cast<float(&)[1][kD / 8][4]>(acc),
+                            reinterpret_cast<const uint32_t(&)[1][kK / 16][4]>(a), b_tile, b_row0);
 }
 
 // The A fragments of rows row0..row0+15, all kK columns, of a shared tile.
