@@ -1,9 +1,14 @@
 #include "models/config.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <limits>
+#include <set>
 #include <sstream>
 #include <variant>
 
@@ -94,6 +99,11 @@ void read_field(const json& value, const Field<Config>& field, Config& config, c
         using T = std::decay_t<decltype(config.*member)>;
         if constexpr (std::is_same_v<T, int64_t>) {
           if (!value.is_number_integer()) fail(origin, name, "must be an integer, got " + value.dump());
+          // JSON keeps integers above INT64_MAX as unsigned; read as int64_t they would wrap to negatives.
+          if (value.is_number_unsigned() &&
+              value.template get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+            fail(origin, name, "= " + value.dump() + " is not allowed: must be at most " +
+                                   std::to_string(std::numeric_limits<int64_t>::max()));
           config.*member = value.template get<int64_t>();
         } else if constexpr (std::is_same_v<T, double>) {
           if (!value.is_number()) fail(origin, name, "must be a number, got " + value.dump());
@@ -237,11 +247,40 @@ RunConfig run_config_from_json(const json& j, const std::string& origin) {
 }
 
 RunConfig load_run_config(const std::string& path) {
+  if (!std::filesystem::is_regular_file(path))
+    throw ConfigError("cannot open config file '" + path + "': it does not exist or is not a file");
   std::ifstream in(path);
   if (!in) throw ConfigError("cannot open config file '" + path + "'");
   json j;
+  // A key given twice in one object would silently keep the last value (nlohmann's rule) and drop the
+  // first section or value without a word: refused, naming the key and its object.
+  std::vector<std::set<std::string>> keys_seen;
+  std::vector<std::string> object_path{""};
+  std::string last_key;
+  const json::parser_callback_t refuse_duplicates = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        keys_seen.emplace_back();
+        if (keys_seen.size() > 1) object_path.push_back(object_path.back() + (object_path.back().empty() ? "" : ".") + last_key);
+        break;
+      case json::parse_event_t::object_end:
+        keys_seen.pop_back();
+        if (object_path.size() > 1) object_path.pop_back();
+        break;
+      case json::parse_event_t::key:
+        last_key = parsed.get<std::string>();
+        if (!keys_seen.back().insert(last_key).second)
+          throw ConfigError("config file '" + path + "': key \"" +
+                            (object_path.back().empty() ? "" : object_path.back() + ".") + last_key +
+                            "\" appears twice; give each key once");
+        break;
+      default:
+        break;
+    }
+    return true;
+  };
   try {
-    j = json::parse(in);
+    j = json::parse(in, refuse_duplicates);
   } catch (const json::parse_error& e) {
     throw ConfigError("config file '" + path + "' is not valid JSON: " + e.what());
   }
@@ -307,6 +346,11 @@ void validate(const RunConfig& c) {
   if (t.lr_warmup_steps < 0)
     fail("config", "training.lr_warmup_steps",
          "= " + std::to_string(t.lr_warmup_steps) + " is not allowed: must be >= 0 (0 = no ramp)");
+  if (t.lr_schedule == "constant" && t.lr_warmup_steps > t.warmup_steps + t.num_steps)
+    fail("config", "training.lr_warmup_steps",
+         "= " + std::to_string(t.lr_warmup_steps) + " is not allowed: the ramp must end within the run's " +
+             std::to_string(t.warmup_steps + t.num_steps) +
+             " optimizer steps (warmup_steps + num_steps), or the rate never reaches training.learning_rate");
   if (t.lr_schedule != "constant" && t.lr_warmup_steps >= t.warmup_steps + t.num_steps)
     fail("config", "training.lr_warmup_steps",
          "= " + std::to_string(t.lr_warmup_steps) + " is not allowed with lr_schedule \"" + t.lr_schedule +
@@ -316,6 +360,10 @@ void validate(const RunConfig& c) {
     fail("config", "training.min_lr",
          "= " + str(t.min_lr) + " is not allowed: must be in [0, training.learning_rate = " + str(t.learning_rate) +
              "]");
+  if (t.lr_schedule == "constant" && t.min_lr != 0)
+    fail("config", "training.min_lr",
+         "= " + str(t.min_lr) + " is not allowed with lr_schedule \"constant\", which never decays: set "
+         "lr_schedule to \"cosine\" or \"linear\", or leave min_lr at 0");
   if (t.grad_accum_steps <= 0)
     fail("config", "training.grad_accum_steps",
          "= " + std::to_string(t.grad_accum_steps) + " is not allowed: must be >= 1 (1 = no accumulation)");
@@ -332,6 +380,18 @@ void validate(const RunConfig& c) {
          "= " + str(t.grad_clip) + " is not allowed: must be finite and >= 0 (0 = off)");
   if (t.device != "auto" && t.device != "cpu" && t.device != "cuda")
     fail("config", "training.device", "= \"" + t.device + "\" is not allowed: must be \"auto\", \"cpu\" or \"cuda\"");
+  if (t.allow_tf32 && t.device == "cpu")
+    fail("config", "training.allow_tf32",
+         "= true is not allowed with training.device = \"cpu\": TF32 is a mode of the GPU's matrix units");
+  // The name is part of the default result path (results/<stage>_<name>_<dtype>_<time>.json).
+  const bool name_ok = !c.name.empty() && c.name.front() != '.' &&
+                       std::all_of(c.name.begin(), c.name.end(), [](char ch) {
+                         return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
+                       });
+  if (!name_ok)
+    fail("config", "name",
+         "= \"" + c.name + "\" is not allowed: letters, digits, '-', '_' and '.' only, not starting with '.' (it "
+         "names the result file; a config without \"name\" takes its file name)");
   if (!t.data.empty() && c.model.vocab_size < 256)
     fail("config", "model.vocab_size",
          "= " + std::to_string(c.model.vocab_size) +

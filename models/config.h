@@ -64,6 +64,11 @@ struct TrainConfig {
   std::string device = "auto"; // auto | cpu | cuda
   int64_t log_every = 10;     // progress line every N steps; 0 turns it off
   std::string data;           // empty: synthetic tokens; otherwise a text file read as bytes
+
+  // What one optimizer step consumes: all grad_accum_steps micro-batches. Every per-step rate (tokens/s, MFU,
+  // tokens per joule) divides by these, so they live in one place.
+  int64_t rows_per_step() const { return batch_size * grad_accum_steps; }
+  int64_t tokens_per_step() const { return rows_per_step() * seq_len; }
 };
 
 struct RunConfig {

@@ -124,6 +124,11 @@ TEST(Config, EveryValidationRuleNamesFieldValueAndRule) {
       {[](RunConfig& c) { c.training.device = "tpu"; }, "training.device", "must be \"auto\", \"cpu\" or \"cuda\""},
       {[](RunConfig& c) { c.model.vocab_size = 100; c.training.data = "x.txt"; }, "model.vocab_size", "byte-level text needs vocab_size >= 256"},
       {[](RunConfig& c) { c.model.vocab_size = 1; }, "model.vocab_size", "synthetic tokens are drawn from [1, vocab_size)"},
+      {[](RunConfig& c) { c.training.min_lr = 1e-5; }, "training.min_lr", "with lr_schedule \"constant\", which never decays"},
+      {[](RunConfig& c) { c.training.lr_warmup_steps = 13; }, "training.lr_warmup_steps", "the ramp must end within the run's 12"},
+      {[](RunConfig& c) { c.training.allow_tf32 = true; }, "training.allow_tf32", "not allowed with training.device = \"cpu\""},
+      {[](RunConfig& c) { c.name = "../elsewhere"; }, "name", "letters, digits, '-', '_' and '.' only"},
+      {[](RunConfig& c) { c.name = ""; }, "name", "letters, digits"},
   };
   for (const auto& rule : rules) {
     RunConfig c = testing::smoke_config();
@@ -154,6 +159,28 @@ TEST(CommandLine, FlagsOverrideConfigFields) {
   EXPECT_EQ(c.model.vocab_size, 1000);  // untouched fields keep the file's values
 }
 
+// JSON lets a key repeat and nlohmann keeps the last: a second "model" section would drop the first unsaid.
+TEST(Config, DuplicateKeysAndOutOfRangeIntegersAreRefused) {
+  const std::string dir = ::testing::TempDir();
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    return dir + "/" + name;
+  };
+  EXPECT_NE(error_of([&] { load_run_config(write("dup_section.json", R"({"model": {"hidden_dim": 64}, "model": {}})")); })
+                .find("key \"model\" appears twice"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load_run_config(write("dup_field.json", R"({"training": {"batch_size": 2, "batch_size": 3}})"));
+            }).find("key \"training.batch_size\" appears twice"),
+            std::string::npos);
+  // The same key in two different objects is no repeat.
+  EXPECT_NO_THROW(load_run_config(write("same_key_two_objects.json", R"({"model": {}, "training": {}, "name": "x"})")));
+  EXPECT_NE(error_of([&] { load_run_config(write("huge.json", R"({"model": {"hidden_dim": 9223372036854775808}})")); })
+                .find("\"model.hidden_dim\" = 9223372036854775808 is not allowed: must be at most 9223372036854775807"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { load_run_config(dir); }).find("does not exist or is not a file"), std::string::npos);
+}
+
 TEST(CommandLine, BadFlagsAreClearErrors) {
   EXPECT_NE(error_of([] { parse({"--batch-sise", "4"}); }).find("batch-sise"), std::string::npos);
   EXPECT_NE(error_of([] { parse({"--batch-size", "four"}); }).find("four"), std::string::npos);
@@ -163,6 +190,38 @@ TEST(CommandLine, BadFlagsAreClearErrors) {
   EXPECT_NE(error_of([] { parse({"--load-checkpoint", "/nonexistent.pt"}); }).find("does not exist"), std::string::npos);
   EXPECT_NE(error_of([] { parse({"--data", "/nonexistent.txt", "--vocab-size", "256"}); }).find("does not exist"),
             std::string::npos);
+  // cxxopts keeps the last of a repeated flag; ours refuses the repeat.
+  EXPECT_NE(error_of([] { parse({"--batch-size", "4", "--batch-size=8"}); })
+                .find("--batch-size is given more than once"),
+            std::string::npos);
+  // A folder where a file is read: named, not a stream error.
+  const std::string folder = ::testing::TempDir();
+  EXPECT_NE(error_of([&] { parse({"--load-checkpoint", folder}); }).find("(or is not a file)"), std::string::npos);
+  EXPECT_NE(error_of([&] { parse({"--data", folder, "--vocab-size", "256"}); }).find("(or is not a file)"),
+            std::string::npos);
+}
+
+// --eval-only reads the model fields and a few training fields; a flag for any other would do nothing.
+TEST(CommandLine, EvalOnlyRefusesTrainingFlagsItWouldIgnore) {
+  const std::string text = ::testing::TempDir() + "/eval_only_flags.txt";
+  std::ofstream(text) << std::string(600, 'a');
+  const std::string checkpoint = ::testing::TempDir() + "/eval_only_flags.pt";
+  std::ofstream(checkpoint) << "x";
+  const std::vector<std::string> eval = {"--eval-only", "--eval-data", text, "--load-checkpoint", checkpoint,
+                                         "--vocab-size", "256"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto args = eval;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  EXPECT_NO_THROW(parse(with({"--batch-size", "4", "--seq-len", "64", "--dtype", "bf16"})));
+  for (const std::vector<std::string>& flag :
+       {std::vector<std::string>{"--learning-rate", "1"}, {"--num-steps", "100"}, {"--lr-schedule", "cosine"},
+        {"--grad-accum-steps", "4"}, {"--seed", "7"}}) {
+    const std::string message = error_of([&] { parse(with(flag)); });
+    EXPECT_NE(message.find(flag[0] + " is not allowed with --eval-only"), std::string::npos) << message;
+    EXPECT_NE(message.find("which evaluation does not use"), std::string::npos) << message;
+  }
 }
 
 TEST(CommandLine, AllowTf32IsASwitchRecordedInTheConfig) {

@@ -152,5 +152,38 @@ TEST(Energy, LastCountedStepHookRunsBeforeTheExtraSteps) {
   EXPECT_TRUE(result["summary"]["energy_window"].is_null());
 }
 
+// With gradient accumulation a step is all its micro-batches: the energy fields must count their tokens, as
+// tokens/s does. The result checker holds tokens_per_joule x energy_j_per_step to training.tokens_per_step, so
+// every GPU test that checks a result with an energy figure checks this too.
+TEST(Energy, TokensPerJouleCountsEveryMicroBatchOfTheStep) {
+  RunConfig c = testing::smoke_config();
+  c.training.num_steps = 2;
+  c.training.warmup_steps = 1;
+  c.training.grad_accum_steps = 3;
+  std::ostringstream log;
+  auto result = testing::train_result(stages::v1_baseline(), c, torch::kCPU, log);
+  const int64_t tokens = c.training.batch_size * 3 * c.training.seq_len;
+  ASSERT_EQ(result["training"]["tokens_per_step"], tokens);
+  EnergyReading reading;
+  reading.joules = 12.0;
+  reading.steps = 4;
+  reading.seconds = 2.0;
+  reading.source = "a synthetic counter";
+  set_energy_fields(result["summary"], reading, static_cast<double>(c.training.tokens_per_step()));
+  EXPECT_NEAR(result["summary"]["tokens_per_joule"].get<double>(), tokens * 4 / 12.0, 1e-9);
+  EXPECT_NO_THROW(validate_result_json(result));
+
+  auto one_micro_batch = result;
+  set_energy_fields(one_micro_batch["summary"], reading, static_cast<double>(c.training.batch_size * c.training.seq_len));
+  try {
+    validate_result_json(one_micro_batch);
+    ADD_FAILURE() << "the checker accepted tokens_per_joule counted over one micro-batch";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("but training.tokens_per_step is " + std::to_string(tokens)),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace tt

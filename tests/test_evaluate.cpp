@@ -102,6 +102,20 @@ TEST(Evaluate, RejectsShortDataAndNonByteVocabs) {
   }
 }
 
+// A long evaluation says how far it is; with a zero interval, before every batch.
+TEST(Evaluate, LongEvaluationsReportProgress) {
+  ModelConfig m = smoke_config().model;
+  m.vocab_size = 256;
+  Transformer model(m, stages::v1_baseline());
+  std::ostringstream log;
+  evaluate(model, random_bytes(9 * 6, 3), 8, 2, torch::kCPU, Precision::kFp32, &log, /*progress_seconds=*/0);
+  EXPECT_NE(log.str().find("eval: 2 of 6 windows (33%) after"), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("eval: 4 of 6 windows (66%) after"), std::string::npos) << log.str();
+  std::ostringstream quiet;
+  evaluate(model, random_bytes(9 * 6, 3), 8, 2, torch::kCPU, Precision::kFp32, &quiet);
+  EXPECT_EQ(quiet.str(), "") << "a short evaluation prints nothing";
+}
+
 std::string repetitive_text_file() {
   std::string text;
   for (int i = 0; i < 40; ++i) text += "the quick brown fox jumps over the lazy dog. ";

@@ -199,6 +199,14 @@ TEST(GenerateCli, ErrorsNameTheValueAndWhatIsAllowed) {
                "--stage \"v9\" is not allowed: must be one of v1_baseline, v2_fused, v3_custom");
   expect_error({"--checkpoint", checkpoint, "--prompt", "hi", "--temperature", "-1"}, 2, "--temperature");
   expect_error({"--checkpoint", checkpoint, "--prompt", "hi", "--dtype", "fp16"}, 2, "--dtype \"fp16\" is not allowed");
+  expect_error({"--checkpoint", checkpoint, "--prompt", "hi", "--temperature", "1", "--top-k", "257"}, 2,
+               "--top-k 257 is not allowed: must be in [0, 256]");
+  // Greedy decoding samples nothing: sampling flags with it are refused, not dropped.
+  expect_error({"--checkpoint", checkpoint, "--prompt", "hi", "--top-k", "5"}, 2,
+               "--top-k applies to sampling, and --temperature is 0 (greedy)");
+  expect_error({"--checkpoint", checkpoint, "--prompt", "hi", "--seed", "3"}, 2,
+               "--seed applies to sampling, and --temperature is 0 (greedy)");
+  expect_error({"--checkpoint", ::testing::TempDir(), "--prompt", "hi"}, 2, "(or is not a file)");
 
   const std::string foreign = ::testing::TempDir() + "/generate_foreign.pt";
   std::ofstream(foreign) << "hello";

@@ -122,6 +122,7 @@ TEST(LrSchedule, EveryOptimizerKindAppliesTheSchedule) {
   RunConfig constant = c;
   constant.training.lr_schedule = "constant";
   constant.training.lr_warmup_steps = 0;
+  constant.training.min_lr = 0;
   auto weights_after = [](OptimizerKind kind, const RunConfig& config) {
     StageSpec spec = stages::v1_baseline();
     spec.optimizer = kind;
@@ -445,6 +446,37 @@ TEST(TrainerCommandLine, AForeignOrMismatchedResumeExitsWithTwoAndWritesNothing)
   EXPECT_EQ(run_stage(stages::v1_baseline(), with({"--grad-accum-steps", "-1"})), 2);
   EXPECT_FALSE(std::filesystem::exists(output));
   EXPECT_FALSE(std::filesystem::exists(dir / "ck"));
+}
+
+// Every file and folder the run would write is checked before any step: a folder given as --output, a
+// --checkpoint-dir that is a file, a path under a folder nothing can be created in. Each exits with 2 and
+// leaves nothing behind.
+TEST(TrainerCommandLine, UnwritableOutputsAreRefusedBeforeAnyStep) {
+  const auto dir = fresh_dir("tt_unwritable_cli");
+  std::filesystem::create_directories(dir / "a_folder");
+  const std::string a_file = (dir / "a_file").string();
+  std::ofstream(a_file) << "x";
+  const std::string config = std::string(TT_SOURCE_DIR) + "/configs/smoke.json";
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--config", config, "--device", "cpu"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    ::testing::internal::CaptureStderr();
+    const int code = run_stage(stages::v1_baseline(), args);
+    return std::make_pair(code, ::testing::internal::GetCapturedStderr());
+  };
+  const std::string result = (dir / "r.json").string();
+  for (const auto& [args, phrase] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--output", (dir / "a_folder").string(), "--overwrite"}, "is a folder; give a file path"},
+           {{"--output", result, "--checkpoint-dir", a_file}, "is not a folder"},
+           {{"--output", result, "--save-checkpoint", a_file + "/x.pt"}, "is not a folder"},
+           {{"--output", "/proc/tt_no_such_folder/r.json"}, "is not writable"}}) {
+    const auto [code, err] = run(args);
+    EXPECT_EQ(code, 2) << err;
+    EXPECT_NE(err.find(phrase), std::string::npos) << err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(result));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 2)
+      << "only a_folder and a_file: the probe left nothing";
 }
 
 }  // namespace

@@ -79,6 +79,7 @@ TEST(TrainerGpu, GraphedStepFollowsTheScheduleOnTheDevice) {
   RunConfig constant = c;
   constant.training.lr_schedule = "constant";
   constant.training.lr_warmup_steps = 0;
+  constant.training.min_lr = 0;  // a constant schedule has no end rate
   const auto fixed = testing::train_result(stages::v4_ultra(), constant, kGpu, log);
   EXPECT_GT(std::abs(fixed["losses"].back().get<double>() - graphed["losses"].back().get<double>()), 1e-4)
       << "the schedule changed nothing under the graph";

@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <map>
+
 namespace tt {
 
 cxxopts::ParseResult parse_flags(cxxopts::Options& options, const std::vector<std::string>& args) {
@@ -15,6 +17,13 @@ cxxopts::ParseResult parse_flags(cxxopts::Options& options, const std::vector<st
   }
   if (!r.unmatched().empty())
     throw ConfigError("command line: unexpected argument '" + r.unmatched().front() + "' (see --help)");
+  // cxxopts keeps the last of a repeated flag: "--batch-size 4 ... --batch-size 8" would drop the 4 unsaid.
+  std::map<std::string, int> given;
+  for (const auto& a : args) {
+    if (a.size() <= 2 || a.compare(0, 2, "--") != 0) continue;
+    const std::string name = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
+    if (++given[name] == 2) throw ConfigError("command line: --" + name + " is given more than once; give it once");
+  }
   return r;
 }
 

@@ -27,7 +27,7 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out, std::o
       ("output-dir", "write comparison.md, comparison.csv, comparison.svg and report.html here (default: the first result's folder)",
        cxxopts::value<std::string>(), "DIR")
       ("allow-mismatch", "compare results with different model/training config, dtype, GPU or schema anyway (with warnings)")
-      ("baseline", "reference result for speedup and deltas (default: the v1_baseline result, else the first file)",
+      ("baseline", "reference result for speedup and deltas (default: the v1_baseline result, else the --pitfall none result, else the first file)",
        cxxopts::value<std::string>(), "FILE")
       ("fail-if-slower", "exit 1 when a result's median step time is more than PCT % above the --baseline's",
        cxxopts::value<double>(), "PCT")

@@ -40,7 +40,7 @@ cxxopts::Options make_options() {
        cxxopts::value<int64_t>()->default_value("200"))
       ("temperature", "0 = greedy (deterministic); > 0 samples from softmax(logits / temperature)",
        cxxopts::value<double>()->default_value("0"))
-      ("top-k", "with temperature > 0, sample among the k most likely bytes; 0 = all 256",
+      ("top-k", "with temperature > 0, sample among the k most likely bytes, 0 to 256; 0 = all 256",
        cxxopts::value<int64_t>()->default_value("0"))
       ("seed", "seed of the sampling generator (CPU: the same bytes on every device)",
        cxxopts::value<int64_t>()->default_value("42"))
@@ -91,7 +91,15 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   if (!(g.temperature >= 0) || std::isinf(g.temperature))
     throw UsageError("--temperature " + std::to_string(g.temperature) +
                      " is not allowed: must be >= 0 and finite (0 = greedy)");
-  if (g.top_k < 0) throw UsageError("--top-k " + std::to_string(g.top_k) + " is not allowed: must be >= 0 (0 = all)");
+  if (g.top_k < 0 || g.top_k > kByteVocab)
+    throw UsageError("--top-k " + std::to_string(g.top_k) + " is not allowed: must be in [0, " +
+                     std::to_string(kByteVocab) + "] (0 = all bytes)");
+  // Greedy decoding samples nothing: a top-k or seed given with it would be dropped without a word.
+  if (g.temperature == 0)
+    for (const char* flag : {"top-k", "seed"})
+      if (r.count(flag))
+        throw UsageError(std::string("--") + flag + " applies to sampling, and --temperature is 0 (greedy): give " +
+                         "--temperature > 0, or leave out --" + flag);
   if (device_name != "auto" && device_name != "cpu" && device_name != "cuda")
     throw UsageError("--device \"" + device_name + "\" is not allowed: must be \"auto\", \"cpu\" or \"cuda\"");
   const StageSpec* spec = nullptr;
@@ -101,8 +109,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
       throw UsageError("--stage \"" + r["stage"].as<std::string>() + "\" is not allowed: must be one of " +
                        stages::names());
   }
-  if (!std::filesystem::exists(checkpoint_path))
-    throw UsageError("--checkpoint: file '" + checkpoint_path + "' does not exist");
+  if (!std::filesystem::is_regular_file(checkpoint_path))
+    throw UsageError("--checkpoint: file '" + checkpoint_path + "' does not exist (or is not a file)");
 
   // Everything below the file check needs the checkpoint's config; no GPU work before the last check.
   const Checkpoint ck = read_checkpoint(checkpoint_path);

@@ -1,12 +1,15 @@
 #include "apps/cli/stage_cli.h"
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cxxopts.hpp>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
+#include <unistd.h>
 
 #include "apps/cli/command_line.h"
 #include "apps/report/evaluation_report.h"
@@ -61,9 +64,9 @@ cxxopts::Options make_options(const std::string& program) {
       "write checkpoints into this folder as step_NNNNNN.pt: every --checkpoint-every steps, after the last step, "
       "and when a signal (SIGINT, SIGTERM) stops the run [default none]",
       cxxopts::value<std::string>(), "DIR")(
-      "checkpoint-every", "steps between checkpoints into --checkpoint-dir [default 0: only the last and a stop]",
+      "checkpoint-every", "steps between checkpoints into --checkpoint-dir [default: none between, only the last and a stop]",
       cxxopts::value<int64_t>(), "N")(
-      "keep-checkpoints", "keep the newest K checkpoints in --checkpoint-dir, removing older ones [default 0: all]",
+      "keep-checkpoints", "keep the newest K checkpoints in --checkpoint-dir, removing older ones [default: all]",
       cxxopts::value<int64_t>(),
       "K")("resume",
            "continue the run this checkpoint was written by: weights, optimizer state, step, schedule, data position "
@@ -114,10 +117,44 @@ std::string default_output(const std::string& stage, const RunConfig& c) {
   return "results/" + stage + "_" + c.name + "_" + to_string(c.training.dtype) + "_" + utc_timestamp(true) + ".json";
 }
 
-// A file the run would write exists and --overwrite was not given: refused before any work.
-std::optional<std::string> refuse_existing(const char* what, const std::string& path, bool overwrite) {
-  if (overwrite || path.empty() || !std::filesystem::exists(path)) return std::nullopt;
-  return std::string(what) + " '" + path + "' exists; pass --overwrite to replace it or choose another path";
+// Whether the run could create files in `folder` (and the folder itself, when missing): its nearest existing
+// ancestor must be a folder that takes a probe file, written and removed at once. A probe also catches what
+// permission bits do not show (root on /proc, a read-only mount). Nothing is left behind. The reason if not.
+std::optional<std::string> unwritable_folder(const std::filesystem::path& folder) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  fs::path existing = fs::absolute(folder, error);
+  while (!fs::exists(existing, error) && existing.has_parent_path() && existing != existing.parent_path())
+    existing = existing.parent_path();
+  if (!fs::is_directory(existing, error)) return "'" + existing.string() + "' is not a folder";
+  const fs::path probe = existing / (".tt_write_probe_" + std::to_string(::getpid()));
+  const bool written = static_cast<bool>(std::ofstream(probe));
+  fs::remove(probe, error);
+  if (!written)
+    return existing == fs::absolute(folder, error) ? "cannot write into folder '" + existing.string() + "'"
+                                                   : "cannot create folder '" + folder.string() + "': '" +
+                                                         existing.string() + "' is not writable";
+  return std::nullopt;
+}
+
+// A file the run would write, checked before any work: not a folder, its folder writable, and never replaced
+// without --overwrite.
+std::optional<std::string> refuse_output_file(const char* what, const std::string& path, bool overwrite) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return std::nullopt;
+  if (fs::is_directory(path)) return std::string(what) + " '" + path + "' is a folder; give a file path";
+  if (!overwrite && fs::exists(path))
+    return std::string(what) + " '" + path + "' exists; pass --overwrite to replace it or choose another path";
+  const fs::path folder = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+  if (const auto why = unwritable_folder(folder)) return std::string(what) + " '" + path + "': " + *why;
+  return std::nullopt;
+}
+
+// A folder the run would write files into (--checkpoint-dir), checked before any work.
+std::optional<std::string> refuse_output_folder(const char* what, const std::string& path) {
+  if (path.empty()) return std::nullopt;
+  if (const auto why = unwritable_folder(path)) return std::string(what) + ": " + *why;
+  return std::nullopt;
 }
 
 // The energy figure (or why there is none) and, for the timing pitfall, the host clock beside the events.
@@ -200,15 +237,27 @@ ParsedCommandLine parse_command_line(const std::string& program, const std::vect
     throw ConfigError("--save-checkpoint is not allowed with --eval-only: nothing is trained");
   if (o.eval_only && o.eval_every > 0)
     throw ConfigError("--eval-every is not allowed with --eval-only: nothing is trained");
-  if (!o.eval_data.empty() && !std::filesystem::exists(o.eval_data))
-    throw ConfigError("--eval-data: file '" + o.eval_data + "' does not exist");
+  if (o.eval_only) {
+    // Evaluation reads the model section and these training fields; a flag for any other would do nothing.
+    static const char* const kEvalReads[] = {"training.seq_len", "training.batch_size", "training.dtype",
+                                             "training.allow_tf32", "training.device"};
+    for (const auto& field : config_fields()) {
+      if (!field.flag || !r.count(field.flag) || field.path.rfind("training.", 0) != 0) continue;
+      if (std::find(std::begin(kEvalReads), std::end(kEvalReads), field.path) != std::end(kEvalReads)) continue;
+      throw ConfigError(std::string("--") + field.flag + " is not allowed with --eval-only: it sets " + field.path +
+                        ", which evaluation does not use (it reads the model fields and training.seq_len, "
+                        "batch_size, dtype, allow_tf32 and device)");
+    }
+  }
+  if (!o.eval_data.empty() && !std::filesystem::is_regular_file(o.eval_data))
+    throw ConfigError("--eval-data: file '" + o.eval_data + "' does not exist (or is not a file)");
   if (!o.eval_data.empty() && c.model.vocab_size < 256)
     throw ConfigError("--eval-data reads bytes as tokens: model.vocab_size = " + std::to_string(c.model.vocab_size) +
                       " is not allowed, it must be >= 256");
-  if (!o.load_checkpoint.empty() && !std::filesystem::exists(o.load_checkpoint))
-    throw ConfigError("--load-checkpoint: file '" + o.load_checkpoint + "' does not exist");
-  if (!c.training.data.empty() && !std::filesystem::exists(c.training.data))
-    throw ConfigError("training.data: file '" + c.training.data + "' does not exist");
+  if (!o.load_checkpoint.empty() && !std::filesystem::is_regular_file(o.load_checkpoint))
+    throw ConfigError("--load-checkpoint: file '" + o.load_checkpoint + "' does not exist (or is not a file)");
+  if (!c.training.data.empty() && !std::filesystem::is_regular_file(c.training.data))
+    throw ConfigError("training.data: file '" + c.training.data + "' does not exist (or is not a file)");
   override_field(r, "checkpoint-dir", o.checkpoint_dir);
   override_field(r, "checkpoint-every", o.checkpoint_every);
   override_field(r, "keep-checkpoints", o.keep_checkpoints);
@@ -236,8 +285,8 @@ ParsedCommandLine parse_command_line(const std::string& program, const std::vect
   if (o.dist_timeout_s < 1)
     throw ConfigError("--dist-timeout " + std::to_string(o.dist_timeout_s) + " is not allowed: must be >= 1 second");
   override_field(r, "scaling-baseline", o.scaling_baseline);
-  if (!o.scaling_baseline.empty() && !std::filesystem::exists(o.scaling_baseline))
-    throw ConfigError("--scaling-baseline: file '" + o.scaling_baseline + "' does not exist");
+  if (!o.scaling_baseline.empty() && !std::filesystem::is_regular_file(o.scaling_baseline))
+    throw ConfigError("--scaling-baseline: file '" + o.scaling_baseline + "' does not exist (or is not a file)");
   return parsed;
 }
 
@@ -366,9 +415,11 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
   // Every file the run would write is checked before any work, under one policy: never replaced without
   // --overwrite.
   for (const auto& refusal :
-       {refuse_existing("--output file", writes_files ? output : "", options.overwrite),
-        refuse_existing("--profile trace", writes_files && options.profile_steps > 0 ? trace : "", options.overwrite),
-        refuse_existing("--save-checkpoint file", writes_files ? options.save_checkpoint : "", options.overwrite)}) {
+       {refuse_output_file("--output file", writes_files ? output : "", options.overwrite),
+        refuse_output_file("--profile trace", writes_files && options.profile_steps > 0 ? trace : "",
+                           options.overwrite),
+        refuse_output_file("--save-checkpoint file", writes_files ? options.save_checkpoint : "", options.overwrite),
+        refuse_output_folder("--checkpoint-dir", writes_files ? options.checkpoint_dir : "")}) {
     if (!refusal) continue;
     std::cerr << spec.name << ": error: " << *refusal << std::endl;
     return 2;
@@ -390,8 +441,9 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
   std::optional<Checkpoint> resume_from;
   // Checked here as well as in Trainer, so that the run stops before any file is read or GPU memory taken.
   try {
-    const bool graphed =
-        spec.step == StepKind::kGraph && !options.eval_only && resolve_device(config.training.device).is_cuda();
+    // Resolved here for every stage, so that a missing GPU is a usage error (exit 2) before any work.
+    const bool on_gpu = resolve_device(config.training.device).is_cuda();
+    const bool graphed = spec.step == StepKind::kGraph && !options.eval_only && on_gpu;
     if (graphed && config.training.warmup_steps < kGraphWarmupSteps)
       throw ConfigError("config: field \"training.warmup_steps\" = " + std::to_string(config.training.warmup_steps) +
                         " is not allowed for " + spec.name + ", which captures its step as a graph during the " +

@@ -59,12 +59,13 @@ nlohmann::json build_result(const Trainer& trainer, const RunRecord& record, con
   const torch::Device& device = trainer.device();
   const Spread step = spread(record.step_ms);
   // An optimizer step: all grad_accum_steps micro-batches' rows, every one of them forward and backward.
-  const int64_t rows_per_step = t.batch_size * t.grad_accum_steps;
-  const double tokens_per_step = static_cast<double>(rows_per_step * t.seq_len);
+  const int64_t rows_per_step = t.rows_per_step();
+  const double tokens_per_step = static_cast<double>(t.tokens_per_step());
   const double flops = training_flops_per_step(config.model, rows_per_step, t.seq_len);
   const double achieved_tflops = flops / (step.median * 1e-3) / 1e12;
   const auto peak = device.is_cuda() ? peak_flops(system.device_name, t.dtype, t.allow_tf32) : std::nullopt;
-  const bool tf32 = t.dtype == Precision::kFp32 && t.allow_tf32;
+  // TF32 is a GPU mode: a CPU run (training.device "auto" on a machine without a GPU) computes in fp32.
+  const bool tf32 = t.dtype == Precision::kFp32 && t.allow_tf32 && device.is_cuda();
   nlohmann::json losses = record.losses;  // NaN and inf become null
 
   nlohmann::json summary = {
@@ -114,7 +115,9 @@ nlohmann::json build_result(const Trainer& trainer, const RunRecord& record, con
   nlohmann::json training = {
       {"dtype", to_string(t.dtype)},
       {"precision", t.dtype == Precision::kFp32
-                        ? (t.allow_tf32 ? "fp32, matmuls on TF32 tensor cores (--allow-tf32)" : "fp32 (TF32 off)")
+                        ? (tf32 ? "fp32, matmuls on TF32 tensor cores (--allow-tf32)"
+                                : t.allow_tf32 ? "fp32 (--allow-tf32 given, but TF32 exists on the GPU only)"
+                                               : "fp32 (TF32 off)")
                         : (trainer.model()->compute_copies().empty()
                                ? "bf16 autocast, fp32 master weights"
                                : "bf16 autocast, fp32 master weights, bf16 weight copies written by the optimizer")},
@@ -214,6 +217,18 @@ void validate_result_json(const nlohmann::json& r) {
     expect_field(r, "summary.energy_window.steps", JsonKind::kInteger);
     expect_field(r, "summary.energy_window.seconds", JsonKind::kNumber);
     expect_field(r, "summary.energy_window.extra_steps", JsonKind::kBool);
+  }
+  // The per-step figures describe one optimizer step, all its micro-batches: tokens per joule times joules per
+  // step is the step's tokens (an energy figure that counted one micro-batch would be grad_accum_steps too small).
+  const auto& summary = r["summary"];
+  if (summary.contains("tokens_per_joule") && summary["tokens_per_joule"].is_number() &&
+      summary.contains("energy_j_per_step") && summary["energy_j_per_step"].is_number()) {
+    const double tokens = r["training"]["tokens_per_step"].get<double>();
+    const double implied = summary["tokens_per_joule"].get<double>() * summary["energy_j_per_step"].get<double>();
+    if (std::abs(implied - tokens) > 1e-6 * tokens)
+      throw std::runtime_error("result JSON: summary.tokens_per_joule x summary.energy_j_per_step = " +
+                               strprintf("%.6g", implied) + " tokens, but training.tokens_per_step is " +
+                               strprintf("%.6g", tokens) + " (both must describe one optimizer step)");
   }
   if (r.contains("evaluation")) validate_evaluation_json(r["evaluation"]);
 }

@@ -46,7 +46,7 @@ void finish_run_energy(Trainer& trainer, Batches& batches, const RunRecord& reco
                     [&](int64_t n) { run(round(n)); });
   round(0);
   const auto& t = trainer.config().training;
-  set_energy_fields(result["summary"], energy, static_cast<double>(t.batch_size * t.seq_len));
+  set_energy_fields(result["summary"], energy, static_cast<double>(t.tokens_per_step()));
   if (energy.extra_steps && energy.joules)
     log << "[" << trainer.spec().name << "] energy: the measured steps were shorter than the counter's resolution "
         << "needs; " << energy.steps << " extra steps (" << strprintf("%.2f", energy.seconds)
@@ -66,7 +66,7 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
   auto source = t.data.empty() ? make_synthetic_source(config.model.vocab_size, data_seed)
                                : make_text_source(t.data, t.seq_len, data_seed);
   // With gradient accumulation a step's batch holds its micro-batches, in the order they run.
-  const int64_t rows_per_step = t.batch_size * t.grad_accum_steps;
+  const int64_t rows_per_step = t.rows_per_step();
   if (extras.distributed)
     source = make_sharded_source(std::move(source), rows_per_step, extras.distributed->rank(),
                                  extras.distributed->world_size());
@@ -92,7 +92,8 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
 
   std::vector<std::pair<int64_t, EvalResult>> eval_points;  // (run step, result), warm-up steps counted
   auto evaluate_at = [&](int64_t step) {
-    const EvalResult r = evaluate(trainer.model(), extras.eval_data->tokens, t.seq_len, t.batch_size, device, t.dtype);
+    const EvalResult r =
+        evaluate(trainer.model(), extras.eval_data->tokens, t.seq_len, t.batch_size, device, t.dtype, &log);
     log << "  eval after step " << step << "/" << total << " | held-out loss " << strprintf("%.4f", r.loss)
         << " | perplexity " << strprintf("%.3f", r.perplexity) << std::endl;
     eval_points.emplace_back(step, r);

@@ -1,7 +1,9 @@
 #include "apps/train/evaluate.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <ostream>
 #include <stdexcept>
 
 #include "apps/train/data.h"
@@ -24,7 +26,8 @@ EvalData load_eval_data(const std::string& path, int64_t seq_len) {
 }
 
 EvalResult evaluate(Transformer& model, const torch::Tensor& tokens, int64_t seq_len, int64_t batch_size,
-                    const torch::Device& device, Precision precision) {
+                    const torch::Device& device, Precision precision, std::ostream* progress,
+                    double progress_seconds) {
   const ModelConfig& c = model->config();
   if (c.vocab_size < kByteVocab)
     throw std::runtime_error("evaluation reads bytes as tokens: model.vocab_size = " + std::to_string(c.vocab_size) +
@@ -52,7 +55,16 @@ EvalResult evaluate(Transformer& model, const torch::Tensor& tokens, int64_t seq
   torch::NoGradGuard no_grad;
   // Accumulated on the device so that the only host sync is the final read.
   auto total = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  const auto began = std::chrono::steady_clock::now();
+  auto last_report = began;
   for (int64_t start = 0; start < result.windows; start += batch_size) {
+    const auto now = std::chrono::steady_clock::now();
+    if (progress && std::chrono::duration<double>(now - last_report).count() >= progress_seconds) {
+      last_report = now;
+      *progress << "  eval: " << start << " of " << result.windows << " windows ("
+                << 100 * start / result.windows << "%) after "
+                << std::lround(std::chrono::duration<double>(now - began).count()) << " s" << std::endl;
+    }
     const int64_t n = std::min(batch_size, result.windows - start);
     auto batch = rows.narrow(0, start, n).to(device);
     auto inputs = batch.narrow(1, 0, seq_len).contiguous();

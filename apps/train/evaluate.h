@@ -52,8 +52,11 @@ struct EvalResult {
 
 // Evaluates in eval mode without gradients, batch_size windows at a time, under the precision's autocast;
 // restores the model's training mode afterwards. One host sync, at the end. Throws for a vocab
-// smaller than 256, a window longer than max_seq_len or fewer tokens than one window.
+// smaller than 256, a window longer than max_seq_len or fewer tokens than one window. With `progress`, a
+// long evaluation writes a line there every `progress_seconds` (windows handed to the device so far).
+constexpr double kEvalProgressSeconds = 10.0;
 EvalResult evaluate(Transformer& model, const torch::Tensor& tokens, int64_t seq_len, int64_t batch_size,
-                    const torch::Device& device, Precision precision);
+                    const torch::Device& device, Precision precision, std::ostream* progress = nullptr,
+                    double progress_seconds = kEvalProgressSeconds);
 
 }  // namespace tt

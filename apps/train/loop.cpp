@@ -16,7 +16,7 @@ Recorder::Recorder(const TrainConfig& training, const torch::Device& device, boo
       total_(training.warmup_steps + training.num_steps),
       first_(first_step),
       measure_from_(measure_from < 0 ? training.warmup_steps : measure_from),
-      tokens_per_step_(training.batch_size * training.seq_len * training.grad_accum_steps),
+      tokens_per_step_(training.tokens_per_step()),
       losses_(torch::zeros({total_}, torch::TensorOptions().dtype(torch::kFloat32).device(device))),
       energy_(device) {
   // Timers are kept by pointer while their step runs: no reallocation.
@@ -50,7 +50,7 @@ void Recorder::end_step(int64_t index, const torch::Tensor& loss) {
   if (measured) {
     const double ms = timers_.back().elapsed_ms(kStepStart, kStepEnd);
     const double tokens = static_cast<double>(tokens_per_step_);
-    const double samples = static_cast<double>(training_.batch_size * training_.grad_accum_steps);
+    const double samples = static_cast<double>(training_.rows_per_step());
     timing = strprintf("%.2f ms | %.1f samples/s | %.0f tokens/s", ms, 1000.0 * samples / ms, 1000.0 * tokens / ms) +
              (device_.is_cuda() ? strprintf(" | peak %.0f MB", record_.peak_allocated_mb.back()) : "");
   }
