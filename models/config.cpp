@@ -322,6 +322,18 @@ void validate(const ModelConfig& m) {
   if (!(m.rope_theta > 0)) fail("config", "model.rope_theta", "= " + str(m.rope_theta) + " is not allowed: must be > 0");
   if (!(m.norm_eps > 0)) fail("config", "model.norm_eps", "= " + str(m.norm_eps) + " is not allowed: must be > 0");
   if (!(m.init_std > 0)) fail("config", "model.init_std", "= " + str(m.init_std) + " is not allowed: must be > 0");
+  // Sizes that pass the rules above can still ask for more memory than any machine has; said here, by
+  // name, rather than by an allocator's overflow or out-of-memory message after the start.
+  const double h = static_cast<double>(m.hidden_dim), kv = static_cast<double>(m.n_kv_heads * m.head_dim());
+  const double per_layer = h * (h + 2 * kv) + h * h + 3 * h * static_cast<double>(m.intermediate_dim) + 2 * h;
+  const double parameters = static_cast<double>(m.vocab_size) * h * (m.tie_embeddings ? 1 : 2) +
+                            static_cast<double>(m.n_layers) * per_layer + h;
+  if (parameters > kMaxParameters)
+    fail("config", "model",
+         "is not allowed: vocab_size " + std::to_string(m.vocab_size) + ", hidden_dim " + std::to_string(m.hidden_dim) +
+             ", n_layers " + std::to_string(m.n_layers) + " and intermediate_dim " +
+             std::to_string(m.intermediate_dim) + " make " + str(parameters) + " parameters; at most " +
+             str(kMaxParameters) + " are allowed");
 }
 
 void validate(const RunConfig& c) {
@@ -330,6 +342,10 @@ void validate(const RunConfig& c) {
   require_positive("training.batch_size", t.batch_size);
   require_positive("training.seq_len", t.seq_len);
   require_positive("training.num_steps", t.num_steps);
+  if (static_cast<double>(t.batch_size) * static_cast<double>(t.seq_len) > kMaxTokensPerBatch)
+    fail("config", "training.batch_size",
+         "= " + std::to_string(t.batch_size) + " is not allowed with training.seq_len = " + std::to_string(t.seq_len) +
+             ": batch_size x seq_len must be at most " + str(kMaxTokensPerBatch) + " tokens per micro-batch");
   if (t.seq_len > c.model.max_seq_len)
     fail("config", "training.seq_len",
          "= " + std::to_string(t.seq_len) + " is not allowed: must be <= model.max_seq_len (" +

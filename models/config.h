@@ -85,6 +85,11 @@ nlohmann::json to_json(const TrainConfig& config);
 nlohmann::json to_json(const RunConfig& config);
 ModelConfig model_config_from_json(const nlohmann::json& json, const std::string& origin);
 
+// Sanity limits that validate() applies beyond the per-field rules: a model of more parameters (4 TB of fp32
+// weights), or a micro-batch of more tokens, cannot run on any machine this project targets.
+constexpr double kMaxParameters = 1e12;
+constexpr double kMaxTokensPerBatch = 2147483648.0;  // 2^31
+
 // Throws ConfigError naming the first violated rule.
 void validate(const ModelConfig& config);
 void validate(const RunConfig& config);

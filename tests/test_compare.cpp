@@ -123,9 +123,12 @@ TEST(Compare, FirstFileIsTheReferenceWithoutV1) {
 }
 
 TEST(Compare, DuplicateStagesGetDistinctLabels) {
-  const auto results = load_results({fixture("v2_fused.json"), fixture("v2_fused.json")});
+  const std::string copy = temp_dir("second_run") + "/v2_fused.json";
+  std::filesystem::copy_file(fixture("v2_fused.json"), copy);
+  const auto results = load_results({fixture("v2_fused.json"), copy});
   EXPECT_EQ(results[0].label, "v2_fused (compare/v2_fused)");
-  EXPECT_EQ(results[0].label, results[1].label);  // same file twice: same label, still not "v2_fused" alone
+  EXPECT_NE(results[0].label, results[1].label);
+  EXPECT_EQ(results[1].label.rfind("v2_fused (", 0), 0u) << results[1].label;
 }
 
 TEST(Compare, DetectsEachFieldThatMakesResultsIncomparable) {
@@ -224,6 +227,25 @@ TEST(Compare, BadFilesFailWithTheFileAndTheProblem) {
   run = compare({});
   EXPECT_EQ(run.code, 2);
   EXPECT_NE(run.err.find("no result files given"), std::string::npos) << run.err;
+
+  // The same file twice would be a row compared with itself.
+  run = compare({fixture("v1_baseline.json"), fixture("v2_fused.json"), fixture("v1_baseline.json")});
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.err.find("v1_baseline.json' is given twice"), std::string::npos) << run.err;
+
+  // An eval result and a run stopped before its first measured step say what they are.
+  const std::string eval = dir + "/eval.json";
+  std::ofstream(eval) << R"({"schema_version": 1, "kind": "evaluation"})";
+  run = compare({fixture("v1_baseline.json"), eval});
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.err.find("this is an evaluation result (--eval-only writes it"), std::string::npos) << run.err;
+  const std::string stopped = dir + "/stopped.json";
+  std::ofstream(stopped) << R"({"schema_version": 1, "summary": null, "summary_note": "stopped at step 2 of 5"})";
+  run = compare({fixture("v1_baseline.json"), stopped});
+  EXPECT_EQ(run.code, 2);
+  EXPECT_NE(run.err.find("this run has no measured steps (summary is null: \"stopped at step 2 of 5\")"),
+            std::string::npos)
+      << run.err;
 
   run = compare({fixture("v1_baseline.json"), "--no-such-flag"});
   EXPECT_EQ(run.code, 2);

@@ -129,6 +129,9 @@ TEST(Config, EveryValidationRuleNamesFieldValueAndRule) {
       {[](RunConfig& c) { c.training.allow_tf32 = true; }, "training.allow_tf32", "not allowed with training.device = \"cpu\""},
       {[](RunConfig& c) { c.name = "../elsewhere"; }, "name", "letters, digits, '-', '_' and '.' only"},
       {[](RunConfig& c) { c.name = ""; }, "name", "letters, digits"},
+      {[](RunConfig& c) { c.model.vocab_size = int64_t{1} << 62; }, "model", "parameters; at most 1e+12 are allowed"},
+      {[](RunConfig& c) { c.model.n_layers = 100000000000; }, "model", "n_layers 100000000000"},
+      {[](RunConfig& c) { c.training.batch_size = int64_t{1} << 40; }, "training.batch_size", "batch_size x seq_len must be at most"},
   };
   for (const auto& rule : rules) {
     RunConfig c = testing::smoke_config();

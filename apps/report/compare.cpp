@@ -210,7 +210,14 @@ Result load_result(const std::string& path) {
 
 std::vector<Result> load_results(const std::vector<std::string>& paths) {
   std::vector<Result> results;
-  for (const auto& p : paths) results.push_back(load_result(p));
+  for (size_t i = 0; i < paths.size(); ++i) {
+    // The same file twice would be a row compared with itself.
+    std::error_code ec;
+    for (size_t j = 0; j < i; ++j)
+      if (paths[j] == paths[i] || std::filesystem::equivalent(paths[j], paths[i], ec))
+        throw std::runtime_error("'" + paths[i] + "' is given twice (as '" + paths[j] + "'); give each result once");
+    results.push_back(load_result(paths[i]));
+  }
   assign_labels(results);
   return results;
 }

@@ -165,6 +165,12 @@ void set_energy_fields(nlohmann::json& summary, const EnergyReading& energy, dou
 }
 
 void validate_result_json(const nlohmann::json& r) {
+  if (r.is_object() && r.contains("kind") && r["kind"] == "evaluation")
+    throw std::runtime_error("result JSON: this is an evaluation result (--eval-only writes it: kind \"evaluation\"), "
+                             "not a training run's result");
+  if (r.is_object() && r.contains("summary") && r["summary"].is_null() && r.contains("summary_note"))
+    throw std::runtime_error("result JSON: this run has no measured steps (summary is null: " +
+                             r["summary_note"].dump() + ")");
   expect_field(r, "schema_version", JsonKind::kInteger);
   if (r["schema_version"] != kResultSchemaVersion)
     throw std::runtime_error("result JSON: schema_version " + r["schema_version"].dump() + " is not supported (expected " +
