@@ -475,9 +475,10 @@ int run(const BenchOptions& options, std::ostream& out, std::ostream& err) {
     return 1;
   }
   if (options.device_index >= static_cast<int64_t>(torch::cuda::device_count())) {
-    err << "kernel_bench: --device-index " << options.device_index << " but only " << torch::cuda::device_count()
-        << " GPU(s) are visible.\n";
-    return 1;
+    err << "kernel_bench: error: --device-index " << options.device_index << " is not allowed: only "
+        << torch::cuda::device_count() << " GPU(s) are visible, so it must be in [0, "
+        << torch::cuda::device_count() - 1 << "]\n";
+    return 2;
   }
   const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(options.device_index));
   at::accelerator::setDeviceIndex(device.index());

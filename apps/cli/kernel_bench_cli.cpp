@@ -12,6 +12,9 @@
 namespace tt {
 namespace {
 
+// 64 GiB: larger than any GPU's last-level cache by far; more only risks running out of memory.
+constexpr int64_t kMaxFlushMib = 65536;
+
 std::string join(const std::vector<std::string>& items) {
   std::string out;
   for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
@@ -61,7 +64,7 @@ int kernel_bench_main(const std::vector<std::string>& args, std::ostream& out, s
       "flush-mib", "Size of the buffer written before each timed run to flush the caches (MiB)",
       cxxopts::value<int64_t>()->default_value(std::to_string(defaults.flush_mib)))(
       "device-index", "Which GPU to use", cxxopts::value<int64_t>()->default_value("0"))(
-      "output", "Where to write the JSON results", cxxopts::value<std::string>()->default_value(defaults.output))(
+      "output", "Where to write the JSON results (an existing file is replaced)", cxxopts::value<std::string>()->default_value(defaults.output))(
       "help", "Print this help");
   bench::BenchOptions options;
   try {
@@ -80,7 +83,12 @@ int kernel_bench_main(const std::vector<std::string>& args, std::ostream& out, s
     options.output = parsed["output"].as<std::string>();
     if (options.warmup < 0) throw ConfigError("--warmup must be >= 0, got " + std::to_string(options.warmup));
     if (options.repeats < 1) throw ConfigError("--repeats must be >= 1, got " + std::to_string(options.repeats));
-    if (options.flush_mib < 1) throw ConfigError("--flush-mib must be >= 1, got " + std::to_string(options.flush_mib));
+    if (options.flush_mib < 1 || options.flush_mib > kMaxFlushMib)
+      throw ConfigError("--flush-mib must be in [1, " + std::to_string(kMaxFlushMib) + "], got " +
+                        std::to_string(options.flush_mib));
+    // Checked now, not after minutes of measuring; an existing file is replaced, as --help says.
+    if (const auto refusal = refuse_output_file("--output", options.output, /*overwrite=*/true))
+      throw ConfigError(*refusal);
     if (options.device_index < 0)
       throw ConfigError("--device-index must be >= 0, got " + std::to_string(options.device_index));
   } catch (const std::exception& e) {

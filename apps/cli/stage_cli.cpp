@@ -117,46 +117,6 @@ std::string default_output(const std::string& stage, const RunConfig& c) {
   return "results/" + stage + "_" + c.name + "_" + to_string(c.training.dtype) + "_" + utc_timestamp(true) + ".json";
 }
 
-// Whether the run could create files in `folder` (and the folder itself, when missing): its nearest existing
-// ancestor must be a folder that takes a probe file, written and removed at once. A probe also catches what
-// permission bits do not show (root on /proc, a read-only mount). Nothing is left behind. The reason if not.
-std::optional<std::string> unwritable_folder(const std::filesystem::path& folder) {
-  namespace fs = std::filesystem;
-  std::error_code error;
-  fs::path existing = fs::absolute(folder, error);
-  while (!fs::exists(existing, error) && existing.has_parent_path() && existing != existing.parent_path())
-    existing = existing.parent_path();
-  if (!fs::is_directory(existing, error)) return "'" + existing.string() + "' is not a folder";
-  const fs::path probe = existing / (".tt_write_probe_" + std::to_string(::getpid()));
-  const bool written = static_cast<bool>(std::ofstream(probe));
-  fs::remove(probe, error);
-  if (!written)
-    return existing == fs::absolute(folder, error) ? "cannot write into folder '" + existing.string() + "'"
-                                                   : "cannot create folder '" + folder.string() + "': '" +
-                                                         existing.string() + "' is not writable";
-  return std::nullopt;
-}
-
-// A file the run would write, checked before any work: not a folder, its folder writable, and never replaced
-// without --overwrite.
-std::optional<std::string> refuse_output_file(const char* what, const std::string& path, bool overwrite) {
-  namespace fs = std::filesystem;
-  if (path.empty()) return std::nullopt;
-  if (fs::is_directory(path)) return std::string(what) + " '" + path + "' is a folder; give a file path";
-  if (!overwrite && fs::exists(path))
-    return std::string(what) + " '" + path + "' exists; pass --overwrite to replace it or choose another path";
-  const fs::path folder = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
-  if (const auto why = unwritable_folder(folder)) return std::string(what) + " '" + path + "': " + *why;
-  return std::nullopt;
-}
-
-// A folder the run would write files into (--checkpoint-dir), checked before any work.
-std::optional<std::string> refuse_output_folder(const char* what, const std::string& path) {
-  if (path.empty()) return std::nullopt;
-  if (const auto why = unwritable_folder(path)) return std::string(what) + ": " + *why;
-  return std::nullopt;
-}
-
 // The energy figure (or why there is none) and, for the timing pitfall, the host clock beside the events.
 void print_teaching_lines(const std::string& stage, const nlohmann::json& s) {
   if (s["energy_j_per_step"].is_number()) {
