@@ -437,6 +437,7 @@ TEST(TrainerCommandLine, AForeignOrMismatchedResumeExitsWithTwoAndWritesNothing)
     return args;
   };
   EXPECT_EQ(run_stage(stages::v1_baseline(), with({"--resume", foreign})), 2);
+  EXPECT_EQ(run_stage(stages::v1_baseline(), with({"--load-checkpoint", foreign})), 2) << "the same file, the same code";
   // A real checkpoint of another config: refused before any work.
   RunConfig c = smoke_config();
   c.training.num_steps = 2;

@@ -448,7 +448,16 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
       return 0;
     }
     Trainer trainer(spec, config, device);
-    if (!options.load_checkpoint.empty()) trainer.load_checkpoint(options.load_checkpoint);
+    if (!options.load_checkpoint.empty()) {
+      // A file that is no checkpoint, or one of another model, is the user's input: exit 2, as --resume's.
+      try {
+        trainer.load_checkpoint(options.load_checkpoint);
+      } catch (const std::exception& e) {
+        std::cerr << spec.name << ": error: --load-checkpoint: " << error_message(e) << std::endl;
+        if (context) context->abort();
+        return 2;
+      }
+    }
     RunExtras extras;
     if (resume_from) {
       extras.first_step = trainer.resume(*resume_from);
