@@ -187,7 +187,8 @@ TEST(Config, DuplicateKeysAndOutOfRangeIntegersAreRefused) {
 TEST(CommandLine, BadFlagsAreClearErrors) {
   EXPECT_NE(error_of([] { parse({"--batch-sise", "4"}); }).find("batch-sise"), std::string::npos);
   EXPECT_NE(error_of([] { parse({"--batch-size", "four"}); }).find("four"), std::string::npos);
-  EXPECT_NE(error_of([] { parse({"--batch-size", "0"}); }).find("\"training.batch_size\""), std::string::npos);
+  EXPECT_NE(error_of([] { parse({"--batch-size", "0"}); }).find("\"training.batch_size\" = 0 is not allowed: must be positive (set by --batch-size)"),
+            std::string::npos);
   EXPECT_NE(error_of([] { parse({"stray"}); }).find("unexpected argument 'stray'"), std::string::npos);
   EXPECT_NE(error_of([] { parse({"--dtype", "fp32", "--use-amp"}); }).find("--use-amp"), std::string::npos);
   EXPECT_NE(error_of([] { parse({"--load-checkpoint", "/nonexistent.pt"}); }).find("does not exist"), std::string::npos);

@@ -161,7 +161,17 @@ ParsedCommandLine parse_command_line(const std::string& program, const std::vect
                         to_string(c.training.dtype) + " was also given");
     c.training.dtype = Precision::kBf16;
   }
-  validate(c);
+  try {
+    validate(c);
+  } catch (const ConfigError& e) {
+    // The rule names the field; say where its value came from when a flag set it.
+    std::string message = e.what();
+    for (const auto& field : config_fields())
+      if (field.flag && r.count(field.flag) && message.find("\"" + field.path + "\"") != std::string::npos)
+        message += " (set by --" + std::string(field.flag) + ")";
+    if (message == e.what() && r.count("config")) message += " (in " + r["config"].as<std::string>() + ")";
+    throw ConfigError(message);
+  }
 
   RunOptions& o = parsed.options;
   override_field(r, "output", o.output);
