@@ -151,6 +151,9 @@ TEST(Roofline, BadCounterFilesFailWithTheProblem) {
   EXPECT_NE(message("\"Kernel Name\",\"gpu__time_duration.sum\"\n\"\",\"nsecond\"\n").find("holds no kernel rows"),
             std::string::npos);
   EXPECT_NE(message("just text\n").find("is not ncu's raw CSV page"), std::string::npos);
+  EXPECT_NE(message("\"Kernel Name\",\"gpu__time_duration.sum\"\n\"\",\"nsecond\"\n\"k\",\"0\"\n")
+                .find("row 3: \"gpu__time_duration.sum\" is 0 s; a kernel's duration must be > 0"),
+            std::string::npos);
 }
 
 TEST(Roofline, CommandLineWritesTheFilesAndRefusesBadArguments) {
@@ -176,6 +179,15 @@ TEST(Roofline, CommandLineWritesTheFilesAndRefusesBadArguments) {
   std::ostringstream o5, e5;
   EXPECT_EQ(roofline_main({"--list-metrics"}, o5, e5), 0);
   EXPECT_NE(o5.str().find("gpu__time_duration.sum\n"), std::string::npos);
+  std::ostringstream o6, e6;
+  EXPECT_EQ(roofline_main({"--list-metrics", "--top", "3"}, o6, e6), 2) << "other flags would be ignored";
+  EXPECT_NE(e6.str().find("--list-metrics prints the metrics and exits: give it alone"), std::string::npos);
+  // A GPU the peak table lacks: the note lists the ones it has.
+  std::ostringstream o7, e7;
+  ASSERT_EQ(roofline_main({"--counters", kFixture, "--gpu", "Bogus GPU", "--output-dir", dir.string()}, o7, e7), 0);
+  EXPECT_NE(o7.str().find("'Bogus GPU' is not in the peak table (it knows H100 PCIe, H100 NVL, H100 SXM"),
+            std::string::npos)
+      << o7.str();
 }
 
 }  // namespace

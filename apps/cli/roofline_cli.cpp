@@ -8,6 +8,7 @@
 #include <ostream>
 
 #include "apps/cli/command_line.h"
+#include "apps/report/flops.h"
 #include "apps/report/results.h"
 #include "apps/report/roofline.h"
 #include "apps/train/device.h"
@@ -72,6 +73,10 @@ int roofline_main(const std::vector<std::string>& args, std::ostream& out, std::
     return 0;
   }
   if (parsed.count("list-metrics")) {
+    if (args.size() > 1) {
+      err << "roofline: error: --list-metrics prints the metrics and exits: give it alone" << std::endl;
+      return 2;
+    }
     for (const auto& m : roofline::ncu_metrics()) out << m << "\n";
     return 0;
   }
@@ -92,7 +97,7 @@ int roofline_main(const std::vector<std::string>& args, std::ostream& out, std::
   std::string gpu = parsed.count("gpu") ? parsed["gpu"].as<std::string>() : "";
   try {
     report = roofline::read_ncu_csv(counters);
-    report.title = fs::path(counters).parent_path().filename().string();
+    report.title = fs::absolute(counters).parent_path().filename().string();
     if (parsed.count("result")) {
       const auto result = read_json_file(parsed["result"].as<std::string>());
       validate_result_json(result);
@@ -120,7 +125,8 @@ int roofline_main(const std::vector<std::string>& args, std::ostream& out, std::
   report.compute_roofs = roofline::roofs_for(gpu);
   if (report.compute_roofs.empty())
     report.notes.push_back("no compute roof: " + (gpu.empty() ? std::string("no GPU named (--gpu or --result)")
-                                                              : "'" + gpu + "' is not in the peak table"));
+                                                              : "'" + gpu + "' is not in the peak table (it knows " +
+                                                                    known_gpus() + ")"));
 
   const fs::path dir =
       parsed.count("output-dir") ? fs::path(parsed["output-dir"].as<std::string>()) : fs::path(counters).parent_path();

@@ -50,4 +50,10 @@ std::optional<PeakFlops> peak_flops(const std::string& device_name, Precision pr
   return std::nullopt;
 }
 
+std::string known_gpus() {
+  std::string out;
+  for (const auto& row : table()) out += (out.empty() ? "" : ", ") + std::string(row.gpu);
+  return out;
+}
+
 }  // namespace tt

@@ -26,4 +26,7 @@ struct PeakFlops {
 // allow_tf32: fp32 matmuls on TF32 tensor cores, against the TF32 peak (fp32's where a GPU has no TF32).
 std::optional<PeakFlops> peak_flops(const std::string& device_name, Precision precision, bool allow_tf32 = false);
 
+// The GPUs the peak table knows ("H100 SXM, H100 PCIe, ..."), for messages about one it does not.
+std::string known_gpus();
+
 }  // namespace tt

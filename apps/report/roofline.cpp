@@ -177,6 +177,10 @@ Report parse_ncu_csv(const std::string& text, const std::string& source) {
     const auto seconds = value(row, r, kTime);
     if (!seconds)
       throw std::runtime_error("'" + source + "' row " + std::to_string(r + 1) + ": no number in \"" + kTime + "\"");
+    // A kernel takes time: zero or less is a broken file, and would put the kernel at infinite FLOP/s.
+    if (!(*seconds > 0))
+      throw std::runtime_error("'" + source + "' row " + std::to_string(r + 1) + ": \"" + kTime + "\" is " +
+                               strprintf("%g", *seconds) + " s; a kernel's duration must be > 0");
     Kernel& k = by_name[row.at(column["Kernel Name"])];
     k.name = row.at(column["Kernel Name"]);
     ++k.calls;
