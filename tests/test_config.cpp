@@ -194,6 +194,13 @@ TEST(CommandLine, BadFlagsAreClearErrors) {
   EXPECT_NE(error_of([] { parse({"--load-checkpoint", "/nonexistent.pt"}); }).find("does not exist"), std::string::npos);
   EXPECT_NE(error_of([] { parse({"--data", "/nonexistent.txt", "--vocab-size", "256"}); }).find("does not exist"),
             std::string::npos);
+  // --doctor and --validate print and exit; a run's flag beside them would be ignored.
+  EXPECT_NE(error_of([] { parse({"--doctor", "--num-steps", "3"}); }).find("--doctor prints what this machine has"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse({"--validate", "--output", "x.json"}); })
+                .find("--output is not allowed with --validate"),
+            std::string::npos);
+  EXPECT_TRUE(parse({"--validate", "--batch-size", "3", "--use-amp"}).options.validate_only);
   // cxxopts keeps the last of a repeated flag; ours refuses the repeat.
   EXPECT_NE(error_of([] { parse({"--batch-size", "4", "--batch-size=8"}); })
                 .find("--batch-size is given more than once"),

@@ -151,6 +151,20 @@ ParsedCommandLine parse_command_line(const std::string& program, const std::vect
     parsed.help = true;
     return parsed;
   }
+  // --doctor and --validate print and exit: a flag for the run beside them would be ignored.
+  if (r.count("doctor") && r.arguments().size() > 1)
+    throw ConfigError("--doctor prints what this machine has and exits: give it alone");
+  if (r.count("validate"))
+    for (const auto& given : r.arguments()) {
+      const std::string& key = given.key();
+      const bool config_flag = std::any_of(config_fields().begin(), config_fields().end(),
+                                           [&](const ConfigField& f) { return f.flag && key == f.flag; });
+      // The config and the stage's choice (--no-graph, --pitfall) are what --validate checks.
+      static const char* const kChecked[] = {"validate", "config", "use-amp", "no-graph", "pitfall"};
+      if (!config_flag && std::find(std::begin(kChecked), std::end(kChecked), key) == std::end(kChecked))
+        throw ConfigError("--" + key + " is not allowed with --validate, which checks the config and the stage's "
+                          "flags and exits: give it with --config, config-field flags, --no-graph or --pitfall");
+    }
   RunConfig& c = parsed.config;
   if (r.count("config")) c = load_run_config(r["config"].as<std::string>());
   for (const auto& field : config_fields())
