@@ -147,6 +147,7 @@ TEST(Compare, DetectsEachFieldThatMakesResultsIncomparable) {
       {"system.device_name", [](nlohmann::json& j) { j["system"]["device_name"] = "AMD Instinct MI300X"; },
        "\"NVIDIA H100 80GB HBM3\"", "\"AMD Instinct MI300X\""},
       {"schema_version", [](nlohmann::json& j) { j["schema_version"] = 2; }, "1", "2"},
+      {"distributed.world_size", [](nlohmann::json& j) { j["distributed"] = {{"world_size", 2}}; }, "1", "2"},
   };
   for (const auto& c : cases) {
     auto results = base;
@@ -170,6 +171,9 @@ TEST(Compare, DetectsEachFieldThatMakesResultsIncomparable) {
   results = base;
   results[1].json["config"]["training"]["log_every"] = 1;
   results[1].json["config"]["training"]["device"] = "cuda";
+  EXPECT_TRUE(find_mismatches(results).empty());
+  // A one-rank data-parallel run is the plain run.
+  results[1].json["distributed"] = {{"world_size", 1}};
   EXPECT_TRUE(find_mismatches(results).empty());
   // A different commit is a note, not a refusal.
   results[1].json["system"]["git_commit"] = "abc123";

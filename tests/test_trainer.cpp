@@ -209,6 +209,10 @@ TEST(GradAccumulation, FourMicroBatchesEqualOneBatchOfFourTimesTheRowsInEverySta
     EXPECT_EQ(ra["training"]["tokens_per_step"], 8 * accumulated.training.seq_len);
     EXPECT_EQ(ra["training"]["grad_accum_steps"], 4);
     EXPECT_EQ(ra["summary"]["model_tflop_per_step"], rb["summary"]["model_tflop_per_step"]);
+    const double median = ra["summary"]["step_ms"]["median"].get<double>();
+    EXPECT_NEAR(ra["summary"]["samples_per_s"].get<double>(), 1000.0 * 8 / median, 1e-9 * 8000 / median);
+    EXPECT_NEAR(ra["summary"]["tokens_per_s"].get<double>(), 1000.0 * 8 * accumulated.training.seq_len / median,
+                1e-9 * 8000 * accumulated.training.seq_len / median);
     // Phases interleave across micro-batches: not timed apart.
     EXPECT_TRUE(ra["summary"]["forward_ms"].is_null());
   }
@@ -436,17 +440,53 @@ TEST(TrainerCommandLine, AForeignOrMismatchedResumeExitsWithTwoAndWritesNothing)
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   };
-  EXPECT_EQ(run_stage(stages::v1_baseline(), with({"--resume", foreign})), 2);
-  EXPECT_EQ(run_stage(stages::v1_baseline(), with({"--load-checkpoint", foreign})), 2) << "the same file, the same code";
+  // Each refusal for its own reason: the exit code alone would pass for any early usage error.
+  auto expect_refused = [&](const std::vector<std::string>& args, const std::string& reason) {
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(run_stage(stages::v1_baseline(), args), 2) << reason;
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find(reason), std::string::npos) << err;
+  };
+  expect_refused(with({"--resume", foreign}), "--resume: '" + foreign + "' is not a readable checkpoint");
+  expect_refused(with({"--load-checkpoint", foreign}), "--load-checkpoint: '" + foreign + "' is not a readable checkpoint");
   // A real checkpoint of another config: refused before any work.
   RunConfig c = smoke_config();
   c.training.num_steps = 2;
   const std::string other = (dir / "other.pt").string();
   Trainer(stages::v1_baseline(), c, torch::kCPU).save_checkpoint(other, true, 0);
-  EXPECT_EQ(run_stage(stages::v1_baseline(), with({"--resume", other, "--batch-size", "3"})), 2);
-  EXPECT_EQ(run_stage(stages::v1_baseline(), with({"--grad-accum-steps", "-1"})), 2);
+  expect_refused(with({"--resume", other, "--batch-size", "3"}), "is of another run; these fields differ");
+  expect_refused(with({"--grad-accum-steps", "-1"}), "\"training.grad_accum_steps\" = -1 is not allowed");
   EXPECT_FALSE(std::filesystem::exists(output));
   EXPECT_FALSE(std::filesystem::exists(dir / "ck"));
+  // The control: the same common flags alone run.
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(run_stage(stages::v1_baseline(), with({"--num-steps", "1", "--warmup-steps", "0"})), 0);
+  ::testing::internal::GetCapturedStdout();
+  EXPECT_TRUE(std::filesystem::exists(output));
+}
+
+// Another run's checkpoints in --checkpoint-dir would mix with this run's (and --keep-checkpoints would count
+// them): refused before any step, unless the run resumes from there or --overwrite is given.
+TEST(TrainerCommandLine, ACheckpointFolderOfAnotherRunIsRefused) {
+  const auto dir = fresh_dir("tt_checkpoint_dir_cli");
+  std::filesystem::create_directories(dir / "ck");
+  RunConfig c = smoke_config();
+  Trainer(stages::v1_baseline(), c, torch::kCPU).save_checkpoint((dir / "ck" / "step_000003.pt").string(), true, 3);
+  const std::string output = (dir / "result.json").string();
+  const std::vector<std::string> args = {"--config", std::string(TT_SOURCE_DIR) + "/configs/smoke.json", "--device",
+                                         "cpu", "--num-steps", "1", "--warmup-steps", "0", "--output", output,
+                                         "--checkpoint-dir", (dir / "ck").string()};
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(run_stage(stages::v1_baseline(), args), 2);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("already holds 1 checkpoint(s) (newest step_000003.pt)"), std::string::npos) << err;
+  EXPECT_FALSE(std::filesystem::exists(output));
+  auto overwriting = args;
+  overwriting.push_back("--overwrite");
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(run_stage(stages::v1_baseline(), overwriting), 0);
+  ::testing::internal::GetCapturedStdout();
+  EXPECT_TRUE(std::filesystem::exists(output));
 }
 
 // Every file and folder the run would write is checked before any step: a folder given as --output, a

@@ -34,7 +34,9 @@ double compare_losses(const nlohmann::json& a, const nlohmann::json& b, const st
     }
     const double x = a[i].get<double>(), y = b[i].get<double>();
     identical += x == y;
-    worst = std::max(worst, std::abs(x - y) / std::abs(y));
+    // NaN-propagating: std::max would keep the old worst and let a NaN loss pass.
+    const double relative = std::abs(x - y) / std::abs(y);
+    if (!(relative <= worst)) worst = relative;
   }
   std::cout << "[" << what << "] " << identical << " of " << a.size()
             << " losses bitwise equal, largest relative difference " << worst << std::endl;

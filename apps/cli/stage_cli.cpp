@@ -44,12 +44,13 @@ cxxopts::Options make_options(const std::string& program) {
                      "Train the TinyTransformer model with this stage's components and write a result JSON.\n"
                      "Flags override fields of the --config file; unset fields keep the built-in defaults\n"
                      "(which equal configs/workshop.json).");
-  o.add_options("Run")("config", "JSON config file (see configs/)", cxxopts::value<std::string>())(
+  o.add_options("Run")("config", "JSON config file (see configs/) [default none: the built-in defaults]",
+                       cxxopts::value<std::string>())(
       "output", "result JSON path (default: results/<stage>_<config>_<dtype>_<UTC time>.json)",
       cxxopts::value<std::string>())("overwrite", "replace an existing --output, trace or --save-checkpoint file")(
       "use-amp", "the workshop's flag: same as --dtype bf16")(
-      "save-checkpoint", "write weights, optimizer state, step and config here after training",
-      cxxopts::value<std::string>())("load-checkpoint", "start from this checkpoint (its model config must match)",
+      "save-checkpoint", "write weights, optimizer state, step and config here after training [default none]",
+      cxxopts::value<std::string>())("load-checkpoint", "start from this checkpoint (its model config must match) [default none]",
                                      cxxopts::value<std::string>())(
       "validate", "check the config, print the effective config as JSON, and exit")(
       "doctor", "print backend, GPU, LibTorch version and installed profilers, and exit")(

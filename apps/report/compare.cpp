@@ -234,6 +234,15 @@ std::vector<Difference> find_mismatches(const std::vector<Result>& results) {
       if (!kUncomparedTrainingFields.count(key)) compare_field(first, other, "config.training." + key, out);
     compare_field(first, other, "training.dtype", out);
     compare_field(first, other, "system.device_name", out);
+    // Data parallel: config.training.batch_size is per rank, so the global batch (and the losses) change with the
+    // ranks. A plain run is one rank, as a 1-rank launch is (their results are equal).
+    auto world_size = [](const Result& r) {
+      const auto* w = find(r.json, "distributed.world_size");
+      return w ? *w : nlohmann::json(1);
+    };
+    if (world_size(first) != world_size(other))
+      out.push_back({"distributed.world_size", first.path, world_size(first).dump(), other.path,
+                     world_size(other).dump()});
   }
   return out;
 }

@@ -37,8 +37,8 @@ struct Difference {
 };
 
 // What makes timings comparable: schema version, every model field, the training fields (all but
-// log_every and device, which do not change the work), the dtype and the GPU name. Each result is
-// compared with the first.
+// log_every and device, which do not change the work), the dtype, the GPU name and the data-parallel world
+// size (absent = 1). Each result is compared with the first.
 std::vector<Difference> find_mismatches(const std::vector<Result>& results);
 // Differences worth a note but not a refusal: LibTorch, CUDA/HIP runtime, driver, git commit, host.
 std::vector<Difference> find_notes(const std::vector<Result>& results);
