@@ -7,6 +7,8 @@
 // where for grouped-query attention dK and dV sum over the query heads that share a key/value head.
 #include "kernels/ops/flash_attention.h"
 
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
 #include <c10/core/DeviceGuard.h>
 
 #include <cmath>
@@ -102,6 +104,10 @@ torch::Tensor causal_scores(const torch::Tensor& q, const torch::Tensor& keys, d
 // Returns the output (q's dtype) and the per-row log-sum-exp of the scaled scores (compute dtype).
 std::pair<torch::Tensor, torch::Tensor> forward_aten(const torch::Tensor& q, const torch::Tensor& k,
                                                      const torch::Tensor& v) {
+  // The kernels compute in fp32 whatever the caller's autocast says; so must this formulation. Under bf16
+  // autocast the matmuls would otherwise round the scores and the log-sum-exp to bf16 (the backward, which
+  // runs without autocast, then recomputes fp32 probabilities against a bf16 log-sum-exp).
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   const auto ct = compute_dtype(q);
   auto qf = q.to(ct);
   auto scores = causal_scores(qf, per_query_head(k.to(ct), q.size(1)), softmax_scale(q));
@@ -115,6 +121,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward_aten(const torc
                                                                       const torch::Tensor& q, const torch::Tensor& k,
                                                                       const torch::Tensor& v, const torch::Tensor& out,
                                                                       const torch::Tensor& lse) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // as forward_aten
   const auto ct = compute_dtype(q);
   const double scale = softmax_scale(q);
   const int64_t kv_heads = k.size(1);
