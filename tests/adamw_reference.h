@@ -2,6 +2,7 @@
 // parameters and gradients, for the CPU and GPU optimizer tests.
 #pragma once
 
+#include <cmath>
 #include <vector>
 
 #include <torch/torch.h>
@@ -54,12 +55,19 @@ inline AdamWComparison compare_with_torch_adamw(const std::vector<std::vector<in
     const double denom = y.norm().item<double>();
     return denom == 0 ? (x - y).norm().item<double>() : (x - y).norm().item<double>() / denom;
   };
+  // NaN-propagating maximum: std::max(worst, NaN) keeps `worst`, so a NaN parameter or moment would pass
+  // every tolerance; `!(x <= worst)` is true for NaN, and a NaN already kept stays (x <= NaN is false too,
+  // but the isnan guard makes that explicit).
+  auto raise = [](double& worst, double x) {
+    if (!std::isnan(worst) && !(x <= worst)) worst = x;
+  };
   AdamWComparison out;
   for (size_t i = 0; i < shapes.size(); ++i) {
-    out.max_param_rel = std::max(out.max_param_rel, rel(ours[i], theirs[i]));
+    raise(out.max_param_rel, rel(ours[i], theirs[i]));
     const auto* st = static_cast<const torch::optim::AdamWParamState*>(
         reference.state().at(theirs[i].unsafeGetTensorImpl()).get());
-    out.max_moment_rel = std::max({out.max_moment_rel, rel(m[i], st->exp_avg()), rel(v[i], st->exp_avg_sq())});
+    raise(out.max_moment_rel, rel(m[i], st->exp_avg()));
+    raise(out.max_moment_rel, rel(v[i], st->exp_avg_sq()));
   }
   out.state = state.cpu();
   return out;

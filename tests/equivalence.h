@@ -3,6 +3,7 @@
 // and again after optimizer steps. Every stage is checked against v1 this way.
 #pragma once
 
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -24,16 +25,24 @@ struct Comparison {
   double loss_rel = 0;
   double logits_rel = 0;
   std::map<std::string, double> grad_rel;        // ||ga - gb|| / ||gb|| per canonical tensor
+  // Canonical names whose gradient only one side has (or that one side left undefined, or of another
+  // shape), each with the reason. grad_rel covers only the matched names, so that a missing or extra
+  // gradient is reported once, by the name-set check, and a candidate with no gradients at all cannot
+  // pass by having nothing to compare.
+  std::vector<std::string> unmatched_grads;
+  // NaN-propagating: std::max(m, NaN) keeps m, which would let a NaN gradient pass every tolerance;
+  // `!(e <= m)` is true for NaN, so a NaN error becomes the maximum (and is sticky) and fails the check.
   double max_grad_rel() const {
     double m = 0;
-    for (const auto& [name, e] : grad_rel) m = std::max(m, e);
+    for (const auto& [name, e] : grad_rel)
+      if (!(e <= m) && !std::isnan(m)) m = e;
     return m;
   }
   std::string worst_grad() const {
     std::string worst;
     double m = -1;
     for (const auto& [name, e] : grad_rel)
-      if (e > m) m = e, worst = name;
+      if (!(e <= m) && !std::isnan(m)) m = e, worst = name;
     return worst;
   }
 };
@@ -51,7 +60,8 @@ struct EquivalenceRun {
 // `steps` identical optimizer steps on both and compares again. The configs may differ in dtype only
 // (bf16 candidates are measured against an fp32 reference).
 // fp32 tolerances (the harness's contract): loss within 1e-5 relative; every gradient within 1e-4 of its
-// norm; logits likewise 1e-4.
+// norm; logits likewise 1e-4. Both checks also require that the candidate has exactly the reference's
+// gradient names (a non-empty set): a stage that drops a parameter's gradient fails rather than passes.
 void expect_fp32_equivalent(const Comparison& c, const std::string& what);
 
 // bf16: the candidate's error against the fp32 reference may be at most twice the reference stage's own

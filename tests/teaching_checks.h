@@ -53,8 +53,14 @@ inline void expect_same_as_v3(Pitfall pitfall, const torch::Device& device, doub
   const auto grads = ours.model()->canonical_grads();
   const auto grads_ref = shipped.model()->canonical_grads();
   ASSERT_EQ(grads.size(), grads_ref.size());
+  // Every canonical tensor, so that the loop below cannot pass by running over none: the embedding, 9 per
+  // layer (2 norms, q, k, v, o, gate, up, down), the final norm, and lm_head when the head is untied.
+  ASSERT_EQ(grads.size(), 1 + 9 * static_cast<size_t>(config.model.n_layers) + 1 +
+                              (config.model.tie_embeddings ? 0 : 1))
+      << what;
   for (const auto& [name, grad] : grads) {
     ASSERT_TRUE(grad.defined()) << what << ": no gradient for " << name;
+    ASSERT_TRUE(grads_ref.count(name) && grads_ref.at(name).defined()) << what << ": v3 has no gradient for " << name;
     EXPECT_LE(rel_error(grad, grads_ref.at(name)), rtol) << what << ": gradient of " << name;
   }
 }

@@ -1,9 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "models/components.h"
 #include "models/reference.h"
+#include "models/stage.h"
 #include "models/transformer.h"
 #include "tests/helpers.h"
 
@@ -80,6 +84,9 @@ TEST(RoPE, RotatesConsecutivePairsAndPreservesNorms) {
   EXPECT_LT(rel_error(pair_norms(rotated), pair_norms(big)), 1e-6);
 }
 
+// Every kind in the catalog (all run on the CPU: our kernels fall back to ATen there), through both entry
+// points: separate q and k (fn) and the fused QKV projection's output (on_qkv), forward and backward,
+// against the reference kind.
 TEST(RoPE, AllKindsAgree) {
   ModelConfig c;
   c.hidden_dim = 32;
@@ -88,14 +95,47 @@ TEST(RoPE, AllKindsAgree) {
   c.max_seq_len = 64;
   auto q = torch::randn({2, 9, 4, 8});
   auto k = torch::randn({2, 9, 2, 8});
-  Rotary ref(c, RopeKind::kReference), cached(c, RopeKind::kCachedTables), custom(c, RopeKind::kOurKernel);
-  auto [q0, k0] = ref->forward(q, k, 3);
-  auto [q1, k1] = cached->forward(q, k, 3);
-  auto [q2, k2] = custom->forward(q, k, 3);
-  EXPECT_LT(rel_error(q1, q0), 1e-6);
-  EXPECT_LT(rel_error(k1, k0), 1e-6);
-  EXPECT_LT(rel_error(q2, q0), 1e-6);
-  EXPECT_LT(rel_error(k2, k0), 1e-6);
+  auto qkv = torch::randn({2, 9, 4 + 2 * 2, 8});
+  auto dq = torch::randn({2, 9, 4, 8}), dk = torch::randn({2, 9, 2, 8});  // weights for a scalar to differentiate
+  struct Result {
+    torch::Tensor q, k, grad_q, grad_k, qkv_q, qkv_k, qkv_v, grad_qkv;
+  };
+  auto run = [&](RopeKind kind) {
+    Rotary rotary(c, kind);
+    Result r;
+    auto q_in = q.clone().requires_grad_(true), k_in = k.clone().requires_grad_(true);
+    std::tie(r.q, r.k) = rotary->forward(q_in, k_in, 3);
+    ((r.q * dq).sum() + (r.k * dk).sum()).backward();
+    r.grad_q = q_in.grad();
+    r.grad_k = k_in.grad();
+    auto qkv_in = qkv.clone().requires_grad_(true);
+    const auto rotated = rotary->forward_qkv(qkv_in, 4, 2, 3);
+    r.qkv_q = rotated.q;
+    r.qkv_k = rotated.k;
+    r.qkv_v = rotated.v;
+    ((rotated.q * dq).sum() + (rotated.k * dk).sum() + rotated.v.sum()).backward();
+    r.grad_qkv = qkv_in.grad();
+    return r;
+  };
+  const auto& kinds = rope_implementations();
+  ASSERT_EQ(kinds.size(), 5u) << "a new RoPE kind: check that it runs on the CPU, then update this count";
+  const Result ref = run(RopeKind::kReference);
+  for (const auto& impl : kinds) {
+    const Result r = run(impl.kind);
+    EXPECT_LT(rel_error(r.q, ref.q), 1e-6) << impl.name;
+    EXPECT_LT(rel_error(r.k, ref.k), 1e-6) << impl.name;
+    EXPECT_LT(rel_error(r.grad_q, ref.grad_q), 1e-6) << impl.name;
+    EXPECT_LT(rel_error(r.grad_k, ref.grad_k), 1e-6) << impl.name;
+    EXPECT_LT(rel_error(r.qkv_q, ref.qkv_q), 1e-6) << impl.name << " (on_qkv)";
+    EXPECT_LT(rel_error(r.qkv_k, ref.qkv_k), 1e-6) << impl.name << " (on_qkv)";
+    EXPECT_TRUE(torch::equal(r.qkv_v, ref.qkv_v)) << impl.name << " (on_qkv): v passes through unrotated";
+    EXPECT_LT(rel_error(r.grad_qkv, ref.grad_qkv), 1e-6) << impl.name << " (on_qkv)";
+  }
+  // The reference's fused entry point is itself pinned to apply_rope on q's heads at positions 3..11, so the
+  // on_qkv comparisons above are not only the reference agreeing with itself.
+  const auto [cos, sin] = reference::rope_tables(9, 8, 10000.0, 3, torch::kCPU);
+  EXPECT_LT(rel_error(ref.qkv_q, reference::apply_rope(qkv.narrow(2, 0, 4), cos, sin)), 1e-6);
+  EXPECT_LT(rel_error(ref.qkv_k, reference::apply_rope(qkv.narrow(2, 4, 2), cos, sin)), 1e-6);
 }
 
 class AttentionTest : public ::testing::TestWithParam<AttentionKind> {};
@@ -143,8 +183,23 @@ TEST_P(AttentionTest, GroupedQueryEqualsMultiHeadWithRepeatedKV) {
   EXPECT_LT(rel_error(a->forward(x, rotary), b->forward(x, rotary)), 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, AttentionTest,
-                         ::testing::Values(AttentionKind::kMaskedMatmul, AttentionKind::kSdpa, AttentionKind::kOurFlash));
+// Every kind in the catalog, kOurFlashSharedMemory included: no stage uses it, but kernel_bench does, and on
+// the CPU it takes the same ATen fallback as kOurFlash (the GPU suite covers the kernels themselves).
+std::vector<AttentionKind> all_attention_kinds() {
+  std::vector<AttentionKind> kinds;
+  for (const auto& impl : attention_implementations()) kinds.push_back(impl.kind);
+  return kinds;
+}
+
+// The catalog name as a test name: letters and digits kept, everything else an underscore.
+std::string attention_test_name(const ::testing::TestParamInfo<AttentionKind>& info) {
+  std::string name = implementation(info.param).name;
+  for (char& ch : name)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, AttentionTest, ::testing::ValuesIn(all_attention_kinds()), attention_test_name);
 
 TEST(Attention, FusedQkvEqualsSeparateProjections) {
   ModelConfig c;

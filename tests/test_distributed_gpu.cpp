@@ -104,7 +104,9 @@ double largest_relative_difference(const nlohmann::json& a, const nlohmann::json
       return std::numeric_limits<double>::infinity();
     }
     const double x = a[i].get<double>(), y = b[i].get<double>();
-    worst = std::max(worst, std::abs(x - y) / std::abs(y));
+    // Not std::max: it keeps `worst` when the difference is NaN; this lets a NaN loss fail the check.
+    const double d = std::abs(x - y) / std::abs(y);
+    if (!std::isnan(worst) && !(d <= worst)) worst = d;
   }
   return worst;
 }

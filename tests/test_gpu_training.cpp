@@ -64,23 +64,50 @@ StageSpec v4_ultra_eager() {
 
 class GpuStageEquivalence : public ::testing::TestWithParam<StageSpec (*)()> {};
 
-TEST_P(GpuStageEquivalence, MatchesV1InFp32) {
-  TT_REQUIRE_GPU();
-  RunConfig c = gpu_config("fp32");
-  auto run = testing::run_equivalence(GetParam()(), c, stages::v1_baseline(), c, torch::Device(torch::kCUDA, 0));
+// The CPU suite's long / clipped / untied case (tests/test_equivalence.cpp): beyond v4's RoPE-in-attention
+// length (cuDNN and rope_qkv instead), gradient clipping that scales, and a head of its own.
+RunConfig long_untied_clipped(RunConfig c) {
+  c.training.seq_len = 160;
+  c.training.batch_size = 2;
+  c.training.grad_clip = 0.05;
+  c.model.tie_embeddings = false;
+  return c;
+}
+
+void expect_gpu_fp32_equivalent(const StageSpec& spec, const RunConfig& c) {
+  auto run = testing::run_equivalence(spec, c, stages::v1_baseline(), c, torch::Device(torch::kCUDA, 0));
   testing::expect_fp32_equivalent(run.checkpoints[0], "initial weights");
   testing::expect_fp32_equivalent(run.checkpoints[1], "after 3 optimizer steps");
 }
 
-TEST_P(GpuStageEquivalence, MatchesV1InBf16WithinTwiceV1sOwnError) {
-  TT_REQUIRE_GPU();
-  RunConfig fp32 = gpu_config("fp32"), bf16 = gpu_config("bf16");
+void expect_gpu_bf16_equivalent(const StageSpec& spec, const RunConfig& fp32, const RunConfig& bf16) {
   const torch::Device gpu(torch::kCUDA, 0);
   auto baseline = testing::run_equivalence(stages::v1_baseline(), bf16, stages::v1_baseline(), fp32, gpu);
-  auto candidate = testing::run_equivalence(GetParam()(), bf16, stages::v1_baseline(), fp32, gpu);
+  auto candidate = testing::run_equivalence(spec, bf16, stages::v1_baseline(), fp32, gpu);
   for (size_t i = 0; i < 2; ++i)
     testing::expect_bf16_equivalent(candidate.checkpoints[i], baseline.checkpoints[i],
                                     i == 0 ? "initial weights" : "after 3 optimizer steps");
+}
+
+TEST_P(GpuStageEquivalence, MatchesV1InFp32) {
+  TT_REQUIRE_GPU();
+  expect_gpu_fp32_equivalent(GetParam()(), gpu_config("fp32"));
+}
+
+TEST_P(GpuStageEquivalence, LongSequenceClippedUntiedMatchesV1InFp32) {
+  TT_REQUIRE_GPU();
+  expect_gpu_fp32_equivalent(GetParam()(), long_untied_clipped(gpu_config("fp32")));
+}
+
+TEST_P(GpuStageEquivalence, LongSequenceClippedUntiedMatchesV1InBf16WithinTwiceV1sOwnError) {
+  TT_REQUIRE_GPU();
+  expect_gpu_bf16_equivalent(GetParam()(), long_untied_clipped(gpu_config("fp32")),
+                             long_untied_clipped(gpu_config("bf16")));
+}
+
+TEST_P(GpuStageEquivalence, MatchesV1InBf16WithinTwiceV1sOwnError) {
+  TT_REQUIRE_GPU();
+  expect_gpu_bf16_equivalent(GetParam()(), gpu_config("fp32"), gpu_config("bf16"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, GpuStageEquivalence,

@@ -28,13 +28,24 @@ TEST(Model, InitialLossIsNearLnVocab) {
 }
 
 TEST(Model, EveryParameterReceivesAGradient) {
-  for (const auto& spec : stages::all()) {
-    Trainer trainer(spec, smoke_config(), torch::kCPU);
-    auto tokens = random_tokens(2, 17, 256, 6);
-    trainer.forward_backward(tokens.narrow(1, 0, 16), tokens.narrow(1, 1, 16));
-    for (const auto& [name, grad] : trainer.model()->canonical_grads()) {
-      ASSERT_TRUE(grad.defined()) << spec.name << ": " << name;
-      EXPECT_GT(grad.abs().sum().item<double>(), 0) << spec.name << ": " << name;
+  // Tied and untied heads: an untied head adds lm_head.weight, which must receive a gradient too.
+  for (bool tied : {true, false}) {
+    for (const auto& spec : stages::all()) {
+      RunConfig c = smoke_config();
+      c.model.tie_embeddings = tied;
+      Trainer trainer(spec, c, torch::kCPU);
+      auto tokens = random_tokens(2, 17, 256, 6);
+      trainer.forward_backward(tokens.narrow(1, 0, 16), tokens.narrow(1, 1, 16));
+      const auto grads = trainer.model()->canonical_grads();
+      // The loop below proves nothing if it runs over fewer tensors than the model has: the embedding, 9 per
+      // layer (2 norms, q, k, v, o, gate, up, down), the final norm, and lm_head when the head is untied.
+      const size_t expected = 1 + 9 * static_cast<size_t>(c.model.n_layers) + 1 + (tied ? 0 : 1);
+      EXPECT_EQ(grads.size(), expected) << spec.name << (tied ? " (tied)" : " (untied)");
+      EXPECT_EQ(grads.count("lm_head.weight"), tied ? 0u : 1u) << spec.name;
+      for (const auto& [name, grad] : grads) {
+        ASSERT_TRUE(grad.defined()) << spec.name << ": " << name;
+        EXPECT_GT(grad.abs().sum().item<double>(), 0) << spec.name << ": " << name;
+      }
     }
   }
 }

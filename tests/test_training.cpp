@@ -60,9 +60,33 @@ TEST(Training, GraphedStageRunsEagerlyOnTheCpuAndSaysSo) {
 TEST(Training, ResultJsonValidatesAndIsComplete) {
   RunConfig c = smoke_config();
   c.training.log_every = 3;
+  // Two micro-batches per step: a rate computed from batch_size alone (instead of the rows of all
+  // micro-batches) would then be off by 2x and fail the arithmetic checks below.
+  c.training.grad_accum_steps = 2;
   std::ostringstream log;
   auto result = train_result(stages::v2_fused(), c, torch::kCPU, log);
   EXPECT_NO_THROW(validate_result_json(result));
+  {
+    // The summary's rates are the median step time's arithmetic, as the result file documents them
+    // (relative 1e-9: the same double operations, possibly in another order).
+    const auto& s = result["summary"];
+    const auto& t = result["training"];
+    const double median = s["step_ms"]["median"].get<double>();
+    const double rows = t["batch_size"].get<double>() * t["grad_accum_steps"].get<double>();
+    const double tokens = t["tokens_per_step"].get<double>();
+    ASSERT_GT(median, 0.0);
+    EXPECT_EQ(t["grad_accum_steps"].get<int64_t>(), 2);
+    EXPECT_DOUBLE_EQ(tokens, rows * c.training.seq_len);
+    auto expect_rel = [](double actual, double expected, const char* what) {
+      EXPECT_NEAR(actual, expected, 1e-9 * std::abs(expected)) << what;
+    };
+    expect_rel(s["tokens_per_s"].get<double>(), 1000.0 * tokens / median, "tokens_per_s");
+    expect_rel(s["samples_per_s"].get<double>(), 1000.0 * rows / median, "samples_per_s");
+    const double tflop = s["model_tflop_per_step"].get<double>();
+    expect_rel(tflop, training_flops_per_step(c.model, static_cast<int64_t>(rows), c.training.seq_len) / 1e12,
+               "model_tflop_per_step");
+    expect_rel(s["achieved_tflops"].get<double>(), tflop / (median / 1e3), "achieved_tflops");
+  }
   EXPECT_EQ(result["losses"].size(), static_cast<size_t>(c.training.warmup_steps + c.training.num_steps));
   EXPECT_EQ(result["step_ms"].size(), static_cast<size_t>(c.training.num_steps));
   EXPECT_EQ(result["stage"]["name"], "v2_fused");
@@ -80,15 +104,44 @@ TEST(Training, ResultJsonValidatesAndIsComplete) {
   EXPECT_THROW(validate_result_json(broken), std::runtime_error);
 }
 
+// tt::clip_grad_norm against LibTorch's torch::nn::utils::clip_grad_norm_ on the same real gradients, with
+// the limit below the global norm (clipping scales every gradient by limit / norm) and above it (nothing
+// changes: ours clamps the scale at exactly 1, so the gradients must be bitwise unchanged).
 TEST(Training, GradientClippingBoundsTheGlobalNorm) {
   RunConfig c = smoke_config();
   Trainer trainer(stages::v1_baseline(), c, torch::kCPU);
   auto tokens = testing::random_tokens(2, 17, 256, 3);
   trainer.forward_backward(tokens.narrow(1, 0, 16), tokens.narrow(1, 1, 16));
-  clip_grad_norm(trainer.optimizer().parameters(), 1e-3);
-  double sq = 0;
-  for (const auto& p : trainer.optimizer().parameters()) sq += p.grad().pow(2).sum().item<double>();
-  EXPECT_NEAR(std::sqrt(sq), 1e-3, 1e-6);
+  const auto& params = trainer.optimizer().parameters();
+  auto global_norm = [](const std::vector<torch::Tensor>& ps) {
+    double sq = 0;
+    for (const auto& p : ps) sq += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+    return std::sqrt(sq);
+  };
+  const double norm = global_norm(params);
+  ASSERT_GT(norm, 1e-2) << "the limits below must straddle the global norm";
+  for (double limit : {1e-3, 0.5 * norm, 2 * norm, 1e3}) {
+    std::vector<torch::Tensor> ours, theirs, before;
+    for (const auto& p : params) {
+      ours.push_back(p.detach().clone().requires_grad_(true));
+      ours.back().mutable_grad() = p.grad().clone();
+      theirs.push_back(p.detach().clone().requires_grad_(true));
+      theirs.back().mutable_grad() = p.grad().clone();
+      before.push_back(p.grad().clone());
+    }
+    clip_grad_norm(ours, limit);
+    const double torch_norm = torch::nn::utils::clip_grad_norm_(theirs, limit);
+    EXPECT_NEAR(torch_norm, norm, 1e-6 * norm) << "LibTorch's pre-clip norm; limit " << limit;
+    for (size_t i = 0; i < ours.size(); ++i)
+      EXPECT_LT(testing::rel_error(ours[i].grad(), theirs[i].grad()), 1e-6) << "limit " << limit << ", tensor " << i;
+    if (limit < norm) {
+      EXPECT_NEAR(global_norm(ours), limit, 1e-5 * limit) << "clipped to the limit";
+    } else {
+      for (size_t i = 0; i < ours.size(); ++i)
+        EXPECT_TRUE(torch::equal(ours[i].grad(), before[i])) << "under the limit " << limit << ": tensor " << i
+                                                             << " changed";
+    }
+  }
 }
 
 TEST(Results, SpreadAndAtomicWrite) {
