@@ -4,6 +4,10 @@
 
 #include <cstdlib>
 #include <map>
+#include <tuple>
+#include <sstream>
+#include <fstream>
+#include <functional>
 #include <thread>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -316,6 +320,40 @@ TEST(DataParallelCommandLine, RefusalsBeforeAnyWork) {
     auto [code, err] = run_stage({"v2_fused", "--device", "cpu"});
     EXPECT_EQ(code, 2);
     EXPECT_MENTIONS(err, "\"training.device\" = \"cpu\" is not allowed under a data-parallel launcher");
+  }
+  // --scaling-baseline must be a 1-GPU run of the same stage, model, dtype and per-GPU batch: each differing
+  // field is named with both values (checked before the rendezvous, so no GPU is needed here).
+  RunConfig c = testing::smoke_config();
+  c.training.num_steps = 1;
+  c.training.warmup_steps = 0;
+  std::ostringstream log;
+  const nlohmann::json v2_result = testing::train_result(stages::v2_fused(), c, torch::kCPU, log);
+  const std::string dir = ::testing::TempDir();
+  auto baseline = [&](const std::string& name, const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json r = v2_result;
+    change(r);
+    const std::string path = dir + "/" + name + ".json";
+    std::ofstream(path) << r.dump();
+    return path;
+  };
+  const std::string smoke = std::string(TT_SOURCE_DIR) + "/configs/smoke.json";
+  for (const auto& [name, change, phrase] :
+       std::vector<std::tuple<std::string, std::function<void(nlohmann::json&)>, std::string>>{
+           {"other_stage", [](nlohmann::json& r) { r["stage"]["name"] = "v1_baseline"; },
+            "its stage.name is \"v1_baseline\", this run's is \"v2_fused\""},
+           {"other_batch", [](nlohmann::json& r) { r["training"]["batch_size"] = 3; },
+            "its training.batch_size is 3, this run's is 4"},
+           {"other_dtype", [](nlohmann::json& r) { r["training"]["dtype"] = "bf16"; },
+            "its training.dtype is \"bf16\", this run's is \"fp32\""},
+           {"two_gpus", [](nlohmann::json& r) { r["distributed"] = {{"world_size", 2}}; },
+            "its distributed.world_size is 2, this run's is 1"}}) {
+    ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"},
+                   {"MASTER_PORT", "29500"}});
+    const std::string path = baseline(name, change);
+    auto [code, err] =
+        run_stage({"v2_fused", "--config", smoke.c_str(), "--device", "cuda", "--scaling-baseline", path.c_str()});
+    EXPECT_EQ(code, 2) << name;
+    EXPECT_MENTIONS(err, phrase);
   }
 }
 
