@@ -465,6 +465,38 @@ TEST(TrainerCommandLine, AForeignOrMismatchedResumeExitsWithTwoAndWritesNothing)
   EXPECT_TRUE(std::filesystem::exists(output));
 }
 
+// --load-checkpoint through the command line starts from the checkpoint's weights: the run's first loss is the
+// loaded model's on that batch (computed in-process), not a fresh model's.
+TEST(TrainerCommandLine, LoadCheckpointStartsFromItsWeights) {
+  const auto dir = fresh_dir("tt_load_cli");
+  std::filesystem::create_directories(dir);
+  RunConfig c = smoke_config();
+  c.training.num_steps = 1;
+  c.training.warmup_steps = 0;
+  Trainer trained(stages::v1_baseline(), c, torch::kCPU);
+  auto tokens = testing::random_tokens(4, 33, 256, 5);
+  for (int i = 0; i < 5; ++i) trained.step(tokens.narrow(1, 0, 32), tokens.narrow(1, 1, 32));
+  const std::string checkpoint = (dir / "trained.pt").string();
+  trained.save_checkpoint(checkpoint, true, 5);
+
+  std::ostringstream log;
+  Trainer loaded(stages::v1_baseline(), c, torch::kCPU);
+  loaded.load_checkpoint(checkpoint);
+  const double expected = run_training(loaded, {}, log)["losses"][0].get<double>();
+  const double fresh = testing::train_result(stages::v1_baseline(), c, torch::kCPU, log)["losses"][0].get<double>();
+  ASSERT_NE(expected, fresh) << "the checkpoint must change the first loss for this test to mean anything";
+
+  const std::string output = (dir / "r.json").string();
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(run_stage(stages::v1_baseline(), {"--config", std::string(TT_SOURCE_DIR) + "/configs/smoke.json",
+                                              "--device", "cpu", "--num-steps", "1", "--warmup-steps", "0",
+                                              "--load-checkpoint", checkpoint, "--output", output}),
+            0);
+  ::testing::internal::GetCapturedStdout();
+  std::ifstream in(output);
+  EXPECT_EQ(nlohmann::json::parse(in)["losses"][0].get<double>(), expected);
+}
+
 // Another run's checkpoints in --checkpoint-dir would mix with this run's (and --keep-checkpoints would count
 // them): refused before any step, unless the run resumes from there or --overwrite is given.
 TEST(TrainerCommandLine, ACheckpointFolderOfAnotherRunIsRefused) {
