@@ -5,6 +5,7 @@
 // Tolerances: tests/kernel_checks.h.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -141,13 +142,17 @@ TEST(FlashAttentionGpu, MatchesReferenceOverShapesHeadsAndDtypes) {
 }
 
 // Many tiles per block: the online softmax's rescaling and the backward's loops over tiles and heads.
+// Under compute-sanitizer (scripts/gpu_validate.sh sets TT_SANITIZER_SHAPES=1) 4096 positions become 1040:
+// the same two-row-fragment path (>= 1024 positions) and a masked tail, at a quarter of the tiles.
 TEST(FlashAttentionGpu, MatchesReferenceOnLongSequences) {
   SKIP_WITHOUT_GPU();
   torch::manual_seed(1);
+  const char* sanitizer = std::getenv("TT_SANITIZER_SHAPES");
+  const int64_t longest = sanitizer != nullptr && std::string(sanitizer) == "1" ? 1040 : 4096;
   const std::vector<std::pair<torch::ScalarType, Config>> cases = {
-      {torch::kBFloat16, {1, 8, 4, 4096, 64}}, {torch::kFloat16, {1, 8, 1, 4096, 128}},
-      {torch::kBFloat16, {1, 16, 2, 4096, 128}}, {torch::kFloat16, {3, 8, 2, 1000, 64}},
-      {torch::kFloat32, {1, 8, 2, 4096, 32}},  {torch::kFloat32, {1, 8, 8, 1000, 64}},
+      {torch::kBFloat16, {1, 8, 4, longest, 64}}, {torch::kFloat16, {1, 8, 1, longest, 128}},
+      {torch::kBFloat16, {1, 16, 2, longest, 128}}, {torch::kFloat16, {3, 8, 2, 1000, 64}},
+      {torch::kFloat32, {1, 8, 2, longest, 32}},  {torch::kFloat32, {1, 8, 8, 1000, 64}},
       {torch::kFloat32, {1, 8, 2, 1000, 128}}, {torch::kBFloat16, {3, 32, 16, 1000, 128}},
       {torch::kFloat16, {3, 8, 8, 1000, 32}},  {torch::kBFloat16, {1, 8, 1, 1000, 32}}};
   for (const auto& [dtype, config] : cases) check_attention(random_inputs(config, dtype), dtype, "long");
