@@ -71,6 +71,23 @@ void expect_fp32_equivalent(const Comparison& c, const std::string& what);
 // of a loss near ln(256) is under a fiftieth of a bf16 ulp there.
 void expect_bf16_equivalent(const Comparison& candidate, const Comparison& baseline, const std::string& what);
 
+// `base` (the smoke config, on the CPU or the GPU) moved onto the paths the smoke run never takes: 160
+// positions (above kRopeInAttentionMaxSeq, so v4 rotates with tt::ops::rope_qkv and runs SDPA instead of RoPE
+// inside our attention), gradient clipping that engages (v1's global gradient norm at these weights is well
+// above 0.05; the CPU suite checks it), and an untied output head (a separate lm_head.weight with its own
+// gradient, and in v4 the fused loss reading a weight that is not the embedding). Batch 2 keeps a case at a
+// few seconds on the CPU.
+constexpr int64_t kLongSeq = 160;
+constexpr double kEngagedClip = 0.05;
+static_assert(kLongSeq > kRopeInAttentionMaxSeq, "the long config must take v4's path beyond RoPE-in-attention");
+inline RunConfig long_untied_clipped(RunConfig base) {
+  base.training.seq_len = kLongSeq;
+  base.training.batch_size = 2;
+  base.training.grad_clip = kEngagedClip;
+  base.model.tie_embeddings = false;
+  return base;
+}
+
 EquivalenceRun run_equivalence(const StageSpec& candidate, const RunConfig& candidate_config, const StageSpec& reference,
                                const RunConfig& reference_config, const torch::Device& device, int steps = 3);
 

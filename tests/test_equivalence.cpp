@@ -19,24 +19,9 @@ using testing::expect_fp32_equivalent;
 using testing::run_equivalence;
 using testing::StageSnapshot;
 
-// The smoke config moved onto the paths the smoke run never takes: 160 positions (above
-// kRopeInAttentionMaxSeq, so v4 rotates with tt::ops::rope_qkv and runs SDPA instead of RoPE inside our
-// attention), gradient clipping that engages (v1's global gradient norm at these weights is well above
-// 0.05; checked in the tests below), and an untied output head (a separate lm_head.weight with its own
-// gradient, and in v4 the fused loss reading a weight that is not the embedding). Batch 2 keeps a case at
-// a few seconds on the CPU.
-constexpr int64_t kLongSeq = 160;
-constexpr double kEngagedClip = 0.05;
-static_assert(kLongSeq > kRopeInAttentionMaxSeq, "the long config must take v4's path beyond RoPE-in-attention");
+using testing::long_untied_clipped;
 
-RunConfig long_untied_clipped_config() {
-  RunConfig c = testing::smoke_config();
-  c.training.seq_len = kLongSeq;
-  c.training.batch_size = 2;
-  c.training.grad_clip = kEngagedClip;
-  c.model.tie_embeddings = false;
-  return c;
-}
+RunConfig long_untied_clipped_config() { return long_untied_clipped(testing::smoke_config()); }
 
 double global_grad_norm(const StageSnapshot& s) {
   double sq = 0;

@@ -64,15 +64,6 @@ StageSpec v4_ultra_eager() {
 
 class GpuStageEquivalence : public ::testing::TestWithParam<StageSpec (*)()> {};
 
-// The CPU suite's long / clipped / untied case (tests/test_equivalence.cpp): beyond v4's RoPE-in-attention
-// length (cuDNN and rope_qkv instead), gradient clipping that scales, and a head of its own.
-RunConfig long_untied_clipped(RunConfig c) {
-  c.training.seq_len = 160;
-  c.training.batch_size = 2;
-  c.training.grad_clip = 0.05;
-  c.model.tie_embeddings = false;
-  return c;
-}
 
 void expect_gpu_fp32_equivalent(const StageSpec& spec, const RunConfig& c) {
   auto run = testing::run_equivalence(spec, c, stages::v1_baseline(), c, torch::Device(torch::kCUDA, 0));
@@ -96,13 +87,13 @@ TEST_P(GpuStageEquivalence, MatchesV1InFp32) {
 
 TEST_P(GpuStageEquivalence, LongSequenceClippedUntiedMatchesV1InFp32) {
   TT_REQUIRE_GPU();
-  expect_gpu_fp32_equivalent(GetParam()(), long_untied_clipped(gpu_config("fp32")));
+  expect_gpu_fp32_equivalent(GetParam()(), testing::long_untied_clipped(gpu_config("fp32")));
 }
 
 TEST_P(GpuStageEquivalence, LongSequenceClippedUntiedMatchesV1InBf16WithinTwiceV1sOwnError) {
   TT_REQUIRE_GPU();
-  expect_gpu_bf16_equivalent(GetParam()(), long_untied_clipped(gpu_config("fp32")),
-                             long_untied_clipped(gpu_config("bf16")));
+  expect_gpu_bf16_equivalent(GetParam()(), testing::long_untied_clipped(gpu_config("fp32")),
+                             testing::long_untied_clipped(gpu_config("bf16")));
 }
 
 TEST_P(GpuStageEquivalence, MatchesV1InBf16WithinTwiceV1sOwnError) {
