@@ -23,6 +23,8 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck, bool overwr
   dict.insert("config", to_json(ck.config).dump());
   if (ck.run_step >= 0) dict.insert(kRunStepKey, ck.run_step);
   if (ck.cpu_rng_state.defined()) dict.insert(kCpuRngKey, ck.cpu_rng_state);
+  if (!ck.run_id.empty()) dict.insert(kRunIdKey, ck.run_id);
+  if (!ck.kind.empty()) dict.insert(kKindKey, ck.kind);
   for (const auto& [name, tensor] : ck.weights) dict.insert(name, tensor);
   for (const auto& [name, tensor] : ck.exp_avg) dict.insert(kExpAvg + name, tensor);
   for (const auto& [name, tensor] : ck.exp_avg_sq) dict.insert(kExpAvgSq + name, tensor);
@@ -64,6 +66,10 @@ Checkpoint read_checkpoint(const std::string& path) {
       ck.step = v.toInt();
     } else if (key == kRunStepKey) {
       ck.run_step = v.toInt();
+    } else if (key == kRunIdKey) {
+      ck.run_id = v.toStringRef();
+    } else if (key == kKindKey) {
+      ck.kind = v.toStringRef();
     } else if (key == kCpuRngKey) {
       ck.cpu_rng_state = v.toTensor();
     } else if (key == "config") {
@@ -79,6 +85,12 @@ Checkpoint read_checkpoint(const std::string& path) {
   TORCH_CHECK(format_ok, "'", path, "' is not a TinyTransformer checkpoint (format field missing or not ",
               kCheckpointFormat, ")");
   return ck;
+}
+
+CheckpointHeader read_checkpoint_header(const std::string& path) {
+  // Reads the whole file for now; a format with a separate header record makes this cheap.
+  const Checkpoint ck = read_checkpoint(path);
+  return {path, ck.stage, ck.step, ck.run_step, ck.run_id, ck.kind, ck.config};
 }
 
 void check_model_config(const Checkpoint& ck, const ModelConfig& model) {

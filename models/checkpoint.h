@@ -27,15 +27,35 @@ struct Checkpoint {
   std::map<std::string, torch::Tensor> exp_avg, exp_avg_sq;  // empty when saved before any step
   int64_t run_step = -1;        // steps of the run done; -1 in checkpoints written before resume existed
   torch::Tensor cpu_rng_state;  // undefined in those too
+  // Which run wrote the file and why, so that a checkpoint folder is only ever pruned of the current run's
+  // own periodic files (apps/train/checkpointing.h). Empty in files written before runs had an identity.
+  std::string run_id;
+  std::string kind;  // "periodic", "last" (the run's final step), "stop" (on a signal), "saved" (--save-checkpoint)
+};
+
+// What a checkpoint says about itself, without its tensors: enough to decide whether a folder's file is
+// this run's and where it stands.
+struct CheckpointHeader {
+  std::string path;
+  std::string stage;
+  int64_t step = 0;
+  int64_t run_step = -1;
+  std::string run_id;
+  std::string kind;
+  RunConfig config;
 };
 
 constexpr const char* kRunStepKey = "run_step";
 constexpr const char* kCpuRngKey = "rng.cpu";
+constexpr const char* kRunIdKey = "run_id";
+constexpr const char* kKindKey = "kind";
 
 // Writes atomically (temporary file, then rename). An existing file is replaced only with `overwrite`;
 // otherwise the error names --save-checkpoint and --overwrite, as results do.
 void write_checkpoint(const std::string& path, const Checkpoint& checkpoint, bool overwrite);
 Checkpoint read_checkpoint(const std::string& path);
+// The fields above of the checkpoint at `path`; throws as read_checkpoint does for an unreadable file.
+CheckpointHeader read_checkpoint_header(const std::string& path);
 // Throws naming each model field where the checkpoint's config differs from `model`.
 void check_model_config(const Checkpoint& checkpoint, const ModelConfig& model);
 // check_model_config, then the checkpoint's weights into the model.
