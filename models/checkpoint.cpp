@@ -29,7 +29,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck, bool overwr
   for (const auto& [name, tensor] : ck.exp_avg) dict.insert(kExpAvg + name, tensor);
   for (const auto& [name, tensor] : ck.exp_avg_sq) dict.insert(kExpAvgSq + name, tensor);
   const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = checkpoint_temp_path(path);
   {
     std::ofstream out(tmp, std::ios::binary);
     TORCH_CHECK(out.good(), "cannot write checkpoint '", tmp, "'");
@@ -38,6 +38,8 @@ void write_checkpoint(const std::string& path, const Checkpoint& ck, bool overwr
   }
   TORCH_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot move checkpoint into place at '", path, "'");
 }
+
+std::string checkpoint_temp_path(const std::string& path) { return path + ".tmp"; }
 
 Checkpoint read_checkpoint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

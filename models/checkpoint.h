@@ -54,6 +54,8 @@ constexpr const char* kKindKey = "kind";
 // otherwise the error names --save-checkpoint and --overwrite, as results do.
 void write_checkpoint(const std::string& path, const Checkpoint& checkpoint, bool overwrite);
 Checkpoint read_checkpoint(const std::string& path);
+// The temporary file write_checkpoint writes before it renames it to `path`.
+std::string checkpoint_temp_path(const std::string& path);
 // The fields above of the checkpoint at `path`; throws as read_checkpoint does for an unreadable file.
 CheckpointHeader read_checkpoint_header(const std::string& path);
 // Throws naming each model field where the checkpoint's config differs from `model`.

@@ -282,6 +282,10 @@ RunConfig load_run_config(const std::string& path) {
   try {
     j = json::parse(in, refuse_duplicates);
   } catch (const json::parse_error& e) {
+    // nlohmann's message gives the line and column ("parse error at line 3, column 5: ...").
+    throw ConfigError("config file '" + path + "' is not valid JSON: " + e.what());
+  } catch (const json::out_of_range& e) {
+    // A number beyond a double's range (1e999) is thrown as out_of_range, not as a parse error.
     throw ConfigError("config file '" + path + "' is not valid JSON: " + e.what());
   }
   RunConfig config = run_config_from_json(j, path);
@@ -383,6 +387,19 @@ void validate(const RunConfig& c) {
   if (t.grad_accum_steps <= 0)
     fail("config", "training.grad_accum_steps",
          "= " + std::to_string(t.grad_accum_steps) + " is not allowed: must be >= 1 (1 = no accumulation)");
+  // In doubles: the products of values near INT64_MAX must not wrap before they are compared.
+  if (static_cast<double>(t.batch_size) * static_cast<double>(t.seq_len) * static_cast<double>(t.grad_accum_steps) >
+      kMaxTokensPerStep)
+    fail("config", "training.grad_accum_steps",
+         "= " + std::to_string(t.grad_accum_steps) + " is not allowed with training.batch_size = " +
+             std::to_string(t.batch_size) + " and seq_len = " + std::to_string(t.seq_len) +
+             ": batch_size x seq_len x grad_accum_steps must be at most " + str(kMaxTokensPerStep) +
+             " tokens per optimizer step (one buffer holds them)");
+  if (static_cast<double>(t.warmup_steps) + static_cast<double>(t.num_steps) > kMaxSteps)
+    fail("config", "training.num_steps",
+         "= " + std::to_string(t.num_steps) + " is not allowed with training.warmup_steps = " +
+             std::to_string(t.warmup_steps) + ": warmup_steps + num_steps must be at most " + str(kMaxSteps) +
+             " (every step's loss is kept on the device until the end)");
   if (!(t.beta1 >= 0 && t.beta1 < 1))
     fail("config", "training.beta1", "= " + str(t.beta1) + " is not allowed: must be in [0, 1)");
   if (!(t.beta2 >= 0 && t.beta2 < 1))

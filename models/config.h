@@ -89,6 +89,10 @@ ModelConfig model_config_from_json(const nlohmann::json& json, const std::string
 // weights), or a micro-batch of more tokens, cannot run on any machine this project targets.
 constexpr double kMaxParameters = 1e12;
 constexpr double kMaxTokensPerBatch = 2147483648.0;  // 2^31
+// A step's batch (all its micro-batches) is drawn into one device buffer: the same bound for it.
+constexpr double kMaxTokensPerStep = 2147483648.0;  // 2^31
+// The loss of every step is kept on the device until the end (4 bytes a step): 400 MB at this bound.
+constexpr double kMaxSteps = 1e8;
 
 // Throws ConfigError naming the first violated rule.
 void validate(const ModelConfig& config);

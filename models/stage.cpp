@@ -7,6 +7,7 @@
 #include "kernels/ops/rms_norm.h"
 #include "kernels/ops/rope.h"
 #include "kernels/ops/swiglu.h"
+#include "models/precision.h"
 #include "models/reference.h"
 
 namespace tt {
@@ -231,7 +232,7 @@ const char* sdp_backend_name(int64_t choice) {
 
 // Which SDPA kernel LibTorch picks for the run's shapes and dtype, asked with the inputs sdpa() passes.
 nlohmann::json sdpa_backend(const AttentionShape& s, Precision precision, const torch::Device& device) {
-  const auto dtype = precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat32;
+  const auto dtype = compute_dtype(precision);
   const bool expand = sdpa_expands_kv(dtype, s.heads, s.kv_heads, device.is_cuda());
   const int64_t kv_heads = expand ? s.heads : s.kv_heads;
   int64_t choice = 0;  // the CPU runs the math formulation

@@ -35,10 +35,12 @@ const torch::Tensor& TransformerImpl::head_weight() const {
 }
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& input_ids, std::vector<KVCache>* caches) {
+  AutocastScope autocast(input_ids.device(), precision_);
   return torch::nn::functional::linear(hidden_states(input_ids, caches), head_weight());
 }
 
 torch::Tensor TransformerImpl::loss(const torch::Tensor& input_ids, const torch::Tensor& labels) {
+  AutocastScope autocast(input_ids.device(), precision_);
   auto hidden = hidden_states(input_ids, nullptr);
   return implementation(spec_.loss)
       .fn(hidden.view({-1, config_.hidden_dim}), head_weight(), labels.reshape({-1}), reference::kIgnoreIndex);

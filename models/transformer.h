@@ -10,6 +10,7 @@
 
 #include "models/components.h"
 #include "models/config.h"
+#include "models/precision.h"
 #include "models/stage.h"
 
 namespace tt {
@@ -28,6 +29,11 @@ struct CanonicalSlice {
 class TransformerImpl : public torch::nn::Module {
  public:
   TransformerImpl(const ModelConfig& config, const StageSpec& spec);
+
+  // The precision the model computes in: forward and loss run under its autocast region (models/precision.h),
+  // the one place a run's precision becomes autocast. kFp32 until set.
+  void set_precision(Precision precision) { precision_ = precision; }
+  Precision precision() const { return precision_; }
 
   // input_ids [B, S] int64 -> logits [B, S, vocab]. With caches (one per layer), decodes incrementally.
   torch::Tensor forward(const torch::Tensor& input_ids, std::vector<KVCache>* caches = nullptr);
@@ -79,6 +85,7 @@ class TransformerImpl : public torch::nn::Module {
   Rotary rotary_{nullptr};
   std::vector<ComputeCopy> compute_copies_;
   torch::Tensor head_compute_weight_;  // the output head's copy, when there are compute copies
+  Precision precision_ = Precision::kFp32;
 };
 TORCH_MODULE(Transformer);
 

@@ -103,14 +103,19 @@ say "evaluating the checkpoint with $eval_stage (another stage's components, the
 "$build/$eval_stage" --config "$config" --device "$device" --dtype "$dtype" \
   --load-checkpoint "$checkpoint" --eval-only --eval-data "$eval_text" --output "$out/eval.json" --overwrite
 
-say "greedy continuation of '$prompt' (KV cache), then the same by full recomputation: they must match"
+say "greedy continuation of '$prompt' (KV cache), then the same by full recomputation: equal in fp32 (a" \
+  "difference fails the demo); in bf16 rounding may flip a near tie, which is reported, not failed"
 greedy=$("$build/generate" --checkpoint "$checkpoint" --prompt "$prompt" --max-new-tokens 120 --device "$device" --dtype "$dtype")
 printf '%s%s\n' "$prompt" "$greedy"
 recomputed=$("$build/generate" --checkpoint "$checkpoint" --prompt "$prompt" --max-new-tokens 120 --device "$device" \
   --dtype "$dtype" --no-kv-cache 2>/dev/null)
 if [ "$greedy" = "$recomputed" ]; then say "KV cache and full recomputation agree"; else
-  say "KV cache and full recomputation differ (bf16 rounding can flip a near tie; retry with DTYPE=fp32):"
   printf '%s%s\n' "$prompt" "$recomputed"
+  if [ "$dtype" = fp32 ]; then
+    say "error: in fp32 the KV cache and full recomputation must give the same greedy text, and they differ"
+    exit 1
+  fi
+  say "KV cache and full recomputation differ in bf16 (rounding flipped a near tie; DTYPE=fp32 must match)"
 fi
 
 say "sampled continuation (temperature 0.8, top-k 20, seed 1)"

@@ -10,8 +10,7 @@ namespace tt::testing {
 StageSnapshot snapshot(Trainer& trainer, const torch::Tensor& inputs, const torch::Tensor& labels) {
   StageSnapshot s;
   {
-    torch::NoGradGuard no_grad;
-    AutocastScope autocast(trainer.device(), trainer.precision());
+    torch::NoGradGuard no_grad;  // the model's forward runs at the trainer's precision
     s.logits = trainer.model()->forward(inputs).to(torch::kCPU, torch::kFloat32);
   }
   trainer.optimizer().zero_grad();

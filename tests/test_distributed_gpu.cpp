@@ -84,7 +84,7 @@ Trained train_one_rank(const StageSpec& spec, const RunConfig& config) {
   Trainer trainer(spec, config, context.device());
   broadcast_weights(context, trainer.model());
   trainer.use_runner(std::make_unique<DataParallelStep>(context, trainer.model(), trainer.optimizer(),
-                                                        trainer.precision(), config.training.grad_accum_steps));
+                                                        config.training.grad_accum_steps));
   Trained trained;
   RunExtras extras;
   extras.distributed = &context;

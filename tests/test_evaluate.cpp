@@ -53,17 +53,17 @@ TEST(Evaluate, EqualsTheHandComputedMeanOverFullWindows) {
     Transformer model = testing::spread_out_model(spec, 7);
     const double expected = hand_computed_loss(model, tokens, seq_len);
     // Batches of 2 leave a last batch of one window: the mean must still weight every token once.
-    const EvalResult r = evaluate(model, tokens, seq_len, 2, torch::kCPU, Precision::kFp32);
+    const EvalResult r = evaluate(model, tokens, seq_len, 2, torch::kCPU);
     EXPECT_EQ(r.windows, 5);
     EXPECT_EQ(r.tokens, 40);
     EXPECT_EQ(r.dropped_bytes, 7);
     EXPECT_NEAR(r.loss, expected, 1e-5 * expected) << spec.name;
     EXPECT_NEAR(r.perplexity, std::exp(expected), 1e-5 * std::exp(expected)) << spec.name;
     for (int64_t batch : {1, 3, 5, 64})
-      EXPECT_NEAR(evaluate(model, tokens, seq_len, batch, torch::kCPU, Precision::kFp32).loss, expected, 1e-5 * expected)
+      EXPECT_NEAR(evaluate(model, tokens, seq_len, batch, torch::kCPU).loss, expected, 1e-5 * expected)
           << spec.name << ", batch " << batch;
     // Without the trailing bytes: the same windows, the same loss.
-    EXPECT_EQ(evaluate(model, tokens.narrow(0, 0, 45), seq_len, 2, torch::kCPU, Precision::kFp32).loss, r.loss) << spec.name;
+    EXPECT_EQ(evaluate(model, tokens.narrow(0, 0, 45), seq_len, 2, torch::kCPU).loss, r.loss) << spec.name;
     EXPECT_TRUE(model->is_training()) << "evaluate must restore the training mode";
   }
 }
@@ -71,8 +71,9 @@ TEST(Evaluate, EqualsTheHandComputedMeanOverFullWindows) {
 TEST(Evaluate, Bf16AutocastStaysCloseToFp32) {
   Transformer model = testing::spread_out_model(stages::v2_fused(), 7);
   auto tokens = random_bytes(4 * 17, 12);
-  const double fp32 = evaluate(model, tokens, 16, 4, torch::kCPU, Precision::kFp32).loss;
-  const double bf16 = evaluate(model, tokens, 16, 4, torch::kCPU, Precision::kBf16).loss;
+  const double fp32 = evaluate(model, tokens, 16, 4, torch::kCPU).loss;
+  model->set_precision(Precision::kBf16);
+  const double bf16 = evaluate(model, tokens, 16, 4, torch::kCPU).loss;
   EXPECT_NE(fp32, bf16) << "bf16 must actually run under autocast";
   EXPECT_NEAR(bf16, fp32, 0.02 * fp32);
 }
@@ -84,7 +85,7 @@ TEST(Evaluate, RejectsShortDataAndNonByteVocabs) {
     FAIL() << "expected an error for a file shorter than one window";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find(
-                  "has 8 bytes; evaluating with seq_len 8 needs at least one window of seq_len + 1 = 9"),
+                  "has 8 bytes; seq_len 8 needs at least one window of seq_len + 1 = 9"),
               std::string::npos)
         << e.what();
   }
@@ -94,7 +95,7 @@ TEST(Evaluate, RejectsShortDataAndNonByteVocabs) {
   m.vocab_size = 100;
   Transformer small(m, stages::v1_baseline());
   try {
-    evaluate(small, random_bytes(20, 1) % 100, 8, 2, torch::kCPU, Precision::kFp32);
+    evaluate(small, random_bytes(20, 1) % 100, 8, 2, torch::kCPU);
     FAIL() << "expected an error for vocab_size < 256";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("model.vocab_size = 100 is not allowed, it must be >= 256"), std::string::npos)
@@ -108,11 +109,11 @@ TEST(Evaluate, LongEvaluationsReportProgress) {
   m.vocab_size = 256;
   Transformer model(m, stages::v1_baseline());
   std::ostringstream log;
-  evaluate(model, random_bytes(9 * 6, 3), 8, 2, torch::kCPU, Precision::kFp32, &log, /*progress_seconds=*/0);
+  evaluate(model, random_bytes(9 * 6, 3), 8, 2, torch::kCPU, &log, /*progress_seconds=*/0);
   EXPECT_NE(log.str().find("eval: 2 of 6 windows (33%) after"), std::string::npos) << log.str();
   EXPECT_NE(log.str().find("eval: 4 of 6 windows (66%) after"), std::string::npos) << log.str();
   std::ostringstream quiet;
-  evaluate(model, random_bytes(9 * 6, 3), 8, 2, torch::kCPU, Precision::kFp32, &quiet);
+  evaluate(model, random_bytes(9 * 6, 3), 8, 2, torch::kCPU, &quiet);
   EXPECT_EQ(quiet.str(), "") << "a short evaluation prints nothing";
 }
 
@@ -148,7 +149,7 @@ TEST(Evaluate, EvalEveryAddsAHeldOutCurveWithoutChangingTraining) {
   EXPECT_LT(e["curve"][2]["loss"].get<double>(), e["curve"][0]["loss"].get<double>()) << log.str();
   EXPECT_EQ(e["loss"].get<double>(),
             evaluate(trainer.model(), load_eval_data(c.training.data, c.training.seq_len).tokens, c.training.seq_len,
-                     c.training.batch_size, torch::kCPU, Precision::kFp32)
+                     c.training.batch_size, torch::kCPU)
                 .loss);
   EXPECT_NE(log.str().find("eval after step 3/8 | held-out loss"), std::string::npos) << log.str();
 
@@ -209,7 +210,7 @@ TEST(Evaluate, EvalOnlyRunWritesAValidEvalResult) {
   EXPECT_EQ(result["checkpoint"]["stage"], "v1_baseline");
   EXPECT_EQ(result["stage"]["name"], "v2_fused");
   const auto expected = evaluate(trainer.model(), load_eval_data(data, c.training.seq_len).tokens, c.training.seq_len,
-                                 c.training.batch_size, torch::kCPU, Precision::kFp32);
+                                 c.training.batch_size, torch::kCPU);
   EXPECT_NEAR(result["evaluation"]["loss"].get<double>(), expected.loss, 1e-5 * expected.loss);
   EXPECT_EQ(result["evaluation"]["windows"], expected.windows);
 

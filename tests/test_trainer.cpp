@@ -231,7 +231,7 @@ RunConfig resume_config() {
 nlohmann::json run_until(const StageSpec& spec, const RunConfig& c, int64_t stop_after, const std::string& dir) {
   Trainer trainer(spec, c, torch::kCPU);
   RunExtras extras;
-  extras.checkpoints = {dir, 0, 0};
+  extras.checkpoints = RunCheckpoints({dir, 0, 0}, new_run_id());
   int64_t steps = 0;
   extras.stop_requested = [&] { return ++steps == stop_after; };
   std::ostringstream log;
@@ -347,13 +347,16 @@ TEST(Checkpoints, EveryNStepsKeepingTheNewestK) {
   const auto dir = fresh_dir("tt_periodic");
   Trainer trainer(stages::v1_baseline(), c, torch::kCPU);
   RunExtras extras;
-  extras.checkpoints = {dir.string(), 2, 2};
+  extras.checkpoints = RunCheckpoints({dir.string(), 2, 2}, "run-a");
   std::ostringstream log;
   run_training(trainer, extras, log);
-  // Written after steps 2, 4, 6 and 7 (the last); the newest two kept.
+  // Periodic after steps 2, 4 and 6, the newest two of them kept; step 7's, the run's last, is never pruned.
   std::vector<std::string> names;
   for (const auto& p : checkpoints_in(dir.string())) names.push_back(p.filename().string());
-  EXPECT_EQ(names, (std::vector<std::string>{"step_000006.pt", "step_000007.pt"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"step_000004.pt", "step_000006.pt", "step_000007.pt"}));
+  EXPECT_EQ(read_checkpoint(checkpoint_path(dir.string(), 6)).kind, kPeriodicCheckpoint);
+  EXPECT_EQ(read_checkpoint(checkpoint_path(dir.string(), 7)).kind, kLastCheckpoint);
+  EXPECT_EQ(read_checkpoint(checkpoint_path(dir.string(), 7)).run_id, "run-a");
   for (const auto& entry : std::filesystem::directory_iterator(dir))
     EXPECT_EQ(entry.path().extension(), ".pt") << "left behind: " << entry.path();
   EXPECT_EQ(read_checkpoint(checkpoint_path(dir.string(), 7)).run_step, 7);
@@ -498,7 +501,7 @@ TEST(TrainerCommandLine, LoadCheckpointStartsFromItsWeights) {
 }
 
 // Another run's checkpoints in --checkpoint-dir would mix with this run's (and --keep-checkpoints would count
-// them): refused before any step, unless the run resumes from there or --overwrite is given.
+// them): refused before any step, unless the run resumes from there; --overwrite does not change that.
 TEST(TrainerCommandLine, ACheckpointFolderOfAnotherRunIsRefused) {
   const auto dir = fresh_dir("tt_checkpoint_dir_cli");
   std::filesystem::create_directories(dir / "ck");
@@ -511,14 +514,16 @@ TEST(TrainerCommandLine, ACheckpointFolderOfAnotherRunIsRefused) {
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(run_stage(stages::v1_baseline(), args), 2);
   const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("already holds 1 checkpoint(s) (newest step_000003.pt)"), std::string::npos) << err;
+  EXPECT_NE(err.find("already holds 1 checkpoint(s) (step_000003.pt)"), std::string::npos) << err;
   EXPECT_FALSE(std::filesystem::exists(output));
   auto overwriting = args;
   overwriting.push_back("--overwrite");
-  ::testing::internal::CaptureStdout();
-  EXPECT_EQ(run_stage(stages::v1_baseline(), overwriting), 0);
-  ::testing::internal::GetCapturedStdout();
-  EXPECT_TRUE(std::filesystem::exists(output));
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(run_stage(stages::v1_baseline(), overwriting), 2);
+  const std::string again = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(again.find("--overwrite does not apply to checkpoint folders"), std::string::npos) << again;
+  EXPECT_FALSE(std::filesystem::exists(output));
+  EXPECT_TRUE(std::filesystem::exists(dir / "ck" / "step_000003.pt"));
 }
 
 // Every file and folder the run would write is checked before any step: a folder given as --output, a

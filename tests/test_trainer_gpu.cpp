@@ -103,7 +103,7 @@ TEST(TrainerGpu, InterruptedAndResumedGraphedRunEqualsTheUninterruptedOne) {
     {
       Trainer trainer(stages::v4_ultra(), c, kGpu);
       RunExtras extras;
-      extras.checkpoints = {dir.string(), 0, 0};
+      extras.checkpoints = RunCheckpoints({dir.string(), 0, 0}, new_run_id());
       int64_t steps = 0;
       extras.stop_requested = [&] { return ++steps == 6; };
       first = run_training(trainer, extras, log);

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <climits>
 #include <map>
 #include <unistd.h>
 
@@ -22,10 +23,20 @@ cxxopts::ParseResult parse_flags(cxxopts::Options& options, const std::vector<st
     throw ConfigError("command line: unexpected argument '" + r.unmatched().front() + "' (see --help)");
   // cxxopts keeps the last of a repeated flag: "--batch-size 4 ... --batch-size 8" would drop the 4 unsaid.
   std::map<std::string, int> given;
-  for (const auto& a : args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
     if (a.size() <= 2 || a.compare(0, 2, "--") != 0) continue;
-    const std::string name = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
+    const size_t equals = a.find('=');
+    const std::string name = a.substr(2, equals == std::string::npos ? std::string::npos : equals - 2);
     if (++given[name] == 2) throw ConfigError("command line: --" + name + " is given more than once; give it once");
+    // An empty value is what a script's expansion that found nothing gives (--resume "$(ls ck/*.pt | tail -1)"
+    // in an empty folder); taken as "not given", it would silently start over or write nothing.
+    const bool empty_value = equals == std::string::npos ? i + 1 < args.size() && args[i + 1].empty() && r.count(name)
+                                                         : equals + 1 == a.size();
+    if (empty_value)
+      throw ConfigError("command line: --" + name +
+                        " was given an empty value (a script's expansion that found nothing?); give a value or "
+                        "leave the flag out");
   }
   return r;
 }
@@ -54,9 +65,25 @@ std::optional<std::string> unwritable_folder(const std::filesystem::path& folder
 
 }  // namespace
 
+// A path the file system would refuse for its length: a component longer than NAME_MAX once the longest
+// suffix the program adds to it (a temporary file's ".tmp", say) is counted, or the whole over PATH_MAX.
+std::optional<std::string> overlong_path(const std::string& path, size_t suffix) {
+  if (path.size() + suffix >= PATH_MAX)
+    return "the path is " + std::to_string(path.size()) + " characters long; at most " +
+           std::to_string(PATH_MAX - 1 - suffix) + " are allowed";
+  for (const auto& part : std::filesystem::path(path))
+    if (part.string().size() + suffix > NAME_MAX)
+      return "its part '" + part.string().substr(0, 40) + "...' is " + std::to_string(part.string().size()) +
+             " characters long; the file system allows " + std::to_string(NAME_MAX) + " per name" +
+             (suffix ? ", and the program adds up to " + std::to_string(suffix) + " for its temporary files" : "");
+  return std::nullopt;
+}
+
 std::optional<std::string> refuse_output_file(const char* what, const std::string& path, bool overwrite) {
   namespace fs = std::filesystem;
   if (path.empty()) return std::nullopt;
+  // ".tmp" (written, then renamed into place) and ".trace.json" (beside a result) are the longest additions.
+  if (const auto why = overlong_path(path, 16)) return std::string(what) + " '" + path.substr(0, 80) + "': " + *why;
   if (fs::is_directory(path)) return std::string(what) + " '" + path + "' is a folder; give a file path";
   if (!overwrite && fs::exists(path))
     return std::string(what) + " '" + path + "' exists; pass --overwrite to replace it or choose another path";
@@ -67,6 +94,9 @@ std::optional<std::string> refuse_output_file(const char* what, const std::strin
 
 std::optional<std::string> refuse_output_folder(const char* what, const std::string& path) {
   if (path.empty()) return std::nullopt;
+  // The folder's files (step_000123.pt.tmp) are short; the folder's own names and the whole path must fit.
+  if (const auto why = overlong_path(path + "/step_000000000000.pt.tmp", 0))
+    return std::string(what) + " '" + path.substr(0, 80) + "': " + *why;
   if (const auto why = unwritable_folder(path)) return std::string(what) + ": " + *why;
   return std::nullopt;
 }

@@ -81,7 +81,6 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   g.temperature = r["temperature"].as<double>();
   g.top_k = r["top-k"].as<int64_t>();
   g.seed = static_cast<uint64_t>(r["seed"].as<int64_t>());
-  g.precision = precision;
   g.use_cache = r.count("no-kv-cache") == 0;
   g.token_limit = kByteVocab;  // the byte tokenizer cannot print tokens >= 256
 
@@ -140,6 +139,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   Transformer model(model_config, *spec);
   restore_weights(ck, model);
   model->to(device);
+  model->set_precision(precision);
   err << "[generate] '" << checkpoint_path << "' (written by " << ck.stage << " at step " << ck.step << ", config "
       << ck.config.name << ") | model " << spec->name << " | device " << device.str() << " | " << to_string(precision) << " | "
       << (g.temperature == 0 ? std::string("greedy")

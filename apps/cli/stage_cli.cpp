@@ -63,11 +63,13 @@ cxxopts::Options make_options(const std::string& program) {
   o.add_options("Checkpoints and resume (docs/training.md)")(
       "checkpoint-dir",
       "write checkpoints into this folder as step_NNNNNN.pt: every --checkpoint-every steps, after the last step, "
-      "and when a signal (SIGINT, SIGTERM) stops the run [default none]",
+      "and when a signal (SIGINT, SIGTERM) stops the run; a new run needs a folder without checkpoints, a --resume "
+      "one holding only the resumed run's (--overwrite does not apply) [default none]",
       cxxopts::value<std::string>(), "DIR")(
       "checkpoint-every", "steps between checkpoints into --checkpoint-dir [default: none between, only the last and a stop]",
       cxxopts::value<int64_t>(), "N")(
-      "keep-checkpoints", "keep the newest K checkpoints in --checkpoint-dir, removing older ones [default: all]",
+      "keep-checkpoints", "keep this run's newest K periodic checkpoints in --checkpoint-dir, removing its older ones (never the "
+      "last step's, a stop's or another run's) [default: all]",
       cxxopts::value<int64_t>(),
       "K")("resume",
            "continue the run this checkpoint was written by: weights, optimizer state, step, schedule, data position "
@@ -409,30 +411,31 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
     std::cerr << spec.name << ": error: " << *refusal << std::endl;
     return 2;
   }
-  // Checkpoints of another run in the folder would mix with this run's (and --keep-checkpoints would count
-  // them); a resume continues the run that wrote them.
-  if (writes_files && !options.checkpoint_dir.empty() && options.resume.empty() && !options.overwrite) {
-    const auto existing = checkpoints_in(options.checkpoint_dir);
-    if (!existing.empty()) {
-      std::cerr << spec.name << ": error: --checkpoint-dir '" << options.checkpoint_dir << "' already holds "
-                << existing.size() << " checkpoint(s) (newest " << existing.back().filename().string()
-                << "); --resume one of them, choose another folder, or pass --overwrite to write over them"
-                << std::endl;
+  // --save-checkpoint inside the checkpoint folder under a name of the folder's own form would be taken for one
+  // of the run's checkpoints (and written over by one, or pruned).
+  if (writes_files && !options.save_checkpoint.empty() && !options.checkpoint_dir.empty()) {
+    namespace fs = std::filesystem;
+    const fs::path saved = fs::absolute(options.save_checkpoint).lexically_normal();
+    const fs::path folder = fs::absolute(options.checkpoint_dir).lexically_normal();
+    std::error_code error;
+    const bool inside = saved.parent_path() == folder || fs::equivalent(saved.parent_path(), folder, error);
+    if (inside && is_checkpoint_name(saved.filename().string())) {
+      std::cerr << spec.name << ": error: --save-checkpoint '" << options.save_checkpoint << "' is inside --checkpoint-dir '"
+                << options.checkpoint_dir << "' under a name of the form step_<N>.pt, which that folder's checkpoints use: "
+                << "choose another name or folder" << std::endl;
       return 2;
     }
   }
 
   torch::Device device = torch::kCPU;
   std::optional<Checkpoint> resume_from;
+  RunCheckpoints checkpoints;
   // Checked here as well as in Trainer, so that the run stops before any file is read or GPU memory taken.
   try {
     // Resolved here for every stage, so that a missing GPU is a usage error (exit 2) before any work.
     const bool on_gpu = resolve_device(config.training.device).is_cuda();
     const bool graphed = spec.step == StepKind::kGraph && !options.eval_only && on_gpu;
-    if (graphed && config.training.warmup_steps < kGraphWarmupSteps)
-      throw ConfigError("config: field \"training.warmup_steps\" = " + std::to_string(config.training.warmup_steps) +
-                        " is not allowed for " + spec.name + ", which captures its step as a graph during the " +
-                        "warm-up: it needs at least " + std::to_string(kGraphWarmupSteps) + " (or run it with --no-graph)");
+    if (graphed) require_graph_warmup(spec, config.training);
     if (!options.resume.empty()) {
       try {
         resume_from = read_checkpoint(options.resume);
@@ -441,6 +444,13 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
       }
       check_resumable(*resume_from, options.resume, spec.name, config, graphed);
     }
+    std::optional<CheckpointHeader> resumed;
+    if (resume_from)
+      resumed = CheckpointHeader{options.resume,       resume_from->stage,  resume_from->step, resume_from->run_step,
+                                 resume_from->run_id, resume_from->kind, resume_from->config};
+    const CheckpointPolicy policy{options.checkpoint_dir, options.checkpoint_every, options.keep_checkpoints};
+    // Rank 0 alone writes checkpoints; the others keep the policy only to know that there are some.
+    checkpoints = writes_files ? check_checkpoint_folder(policy, resumed) : RunCheckpoints(policy, "");
   } catch (const std::exception& e) {
     std::cerr << spec.name << ": error: " << error_message(e) << std::endl;
     return 2;
@@ -491,18 +501,19 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
     if (context) {
       broadcast_weights(*context, trainer.model());
       trainer.use_runner(std::make_unique<DataParallelStep>(*context, trainer.model(), trainer.optimizer(),
-                                                            trainer.precision(), config.training.grad_accum_steps));
+                                                            config.training.grad_accum_steps));
     }
     extras.distributed = context.get();
     extras.eval_data = std::move(eval_data);
     extras.eval_every = options.eval_every;
     if (options.profile_steps > 0) extras.profile = {options.profile_steps, trace};
-    extras.checkpoints = {options.checkpoint_dir, options.checkpoint_every, options.keep_checkpoints};
+    extras.checkpoints = checkpoints;
     // The checkpoint holds the last counted step (or the stop's): written before the extra steps of --profile
     // and of the energy figure (apps/report/training_run.h).
     extras.after_last_counted_step = [&](int64_t steps_done) {
       if (!writes_files || options.save_checkpoint.empty()) return;
-      trainer.save_checkpoint(options.save_checkpoint, options.overwrite, steps_done);
+      trainer.save_checkpoint(options.save_checkpoint, options.overwrite, steps_done,
+                              {checkpoints.run_id(), kSavedCheckpoint});
       std::cout << "checkpoint written to " << options.save_checkpoint << std::endl;
     };
     // Installed for the training only: before it a signal ends the process as usual (nothing to save yet).

@@ -67,8 +67,9 @@ nlohmann::json evaluate_checkpoint(const StageSpec& spec, const RunConfig& confi
   }
   model->to(device);
   const TrainConfig& t = config.training;
+  model->set_precision(t.dtype);
   set_allow_tf32(t.allow_tf32);
-  const EvalResult r = evaluate(model, data.tokens, t.seq_len, t.batch_size, device, t.dtype, &log);
+  const EvalResult r = evaluate(model, data.tokens, t.seq_len, t.batch_size, device, &log);
   log << "[" << spec.name << "] eval of '" << checkpoint << "' (" << ck.stage << ", step " << ck.step << ") on '"
       << data.path << "' | " << to_string(t.dtype) << " | device " << device.str() << " | " << r.windows
       << " windows x " << t.seq_len << " = " << r.tokens << " tokens (" << r.dropped_bytes

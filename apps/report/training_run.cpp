@@ -19,8 +19,12 @@ namespace {
 // The energy figure (apps/train/energy.h), last: its extra steps, on one new batch, change nothing recorded
 // or saved. Data parallel: rank 0 reads its GPU's counter and decides each round's step count, which every
 // rank receives by broadcast (0 ends), so that the collectives inside the steps stay matched.
+// A stop signal during the extra steps ends them (every rank at the same step: the stop vote is collective):
+// thrown from inside finish_energy's rounds, caught below.
+struct StoppedDuringExtraSteps {};
+
 void finish_run_energy(Trainer& trainer, Batches& batches, const RunRecord& record, DistributedContext* distributed,
-                       nlohmann::json& result, std::ostream& log) {
+                       const std::function<bool()>& stop_now, nlohmann::json& result, std::ostream& log) {
   const torch::Device& device = trainer.device();
   const bool decides = !distributed || distributed->rank() == 0;
   auto round = [&](int64_t n) {
@@ -30,20 +34,32 @@ void finish_run_energy(Trainer& trainer, Batches& batches, const RunRecord& reco
     return count.item<int64_t>();
   };
   auto run = [&](int64_t n) {
-    for (int64_t i = 0; i < n; ++i) trainer.step(batches.inputs(), batches.labels());
+    for (int64_t i = 0; i < n; ++i) {
+      if (stop_now()) throw StoppedDuringExtraSteps{};
+      trainer.step(batches.inputs(), batches.labels());
+    }
     synchronize(device);
   };
   batches.next();
   synchronize(device);
   if (!decides) {
-    for (int64_t n = round(0); n > 0; n = round(0)) run(n);
+    try {
+      for (int64_t n = round(0); n > 0; n = round(0)) run(n);
+    } catch (const StoppedDuringExtraSteps&) {
+    }
     return;
   }
   EnergyMeter meter(device);
   const double seconds_per_step = result["summary"]["step_ms"]["median"].get<double>() / 1e3;
-  const EnergyReading energy =
-      finish_energy(meter, record.energy_window, static_cast<int64_t>(record.step_ms.size()), seconds_per_step,
-                    [&](int64_t n) { run(round(n)); });
+  EnergyReading energy;
+  try {
+    energy = finish_energy(meter, record.energy_window, static_cast<int64_t>(record.step_ms.size()), seconds_per_step,
+                           [&](int64_t n) { run(round(n)); });
+  } catch (const StoppedDuringExtraSteps&) {
+    if (result["summary"]["energy_j_per_step"].is_null())
+      result["summary"]["energy_note"] = "a stop signal ended the extra steps the energy figure needed";
+    return;
+  }
   round(0);
   const auto& t = trainer.config().training;
   set_energy_fields(result["summary"], energy, static_cast<double>(t.tokens_per_step()));
@@ -91,24 +107,36 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
         << t.batch_size * extras.distributed->world_size() << ", this log and the result are rank 0's" << std::endl;
 
   std::vector<std::pair<int64_t, EvalResult>> eval_points;  // (run step, result), warm-up steps counted
+  // Returns false when a stop signal cut the evaluation short (its partial figure is not recorded).
   auto evaluate_at = [&](int64_t step) {
-    const EvalResult r =
-        evaluate(trainer.model(), extras.eval_data->tokens, t.seq_len, t.batch_size, device, t.dtype, &log);
+    const EvalResult r = evaluate(trainer.model(), extras.eval_data->tokens, t.seq_len, t.batch_size, device, &log, kEvalProgressSeconds, extras.stop_requested);
+    if (r.stopped) {
+      log << "  eval after step " << step << " cut short by a stop signal: not recorded" << std::endl;
+      return false;
+    }
     log << "  eval after step " << step << "/" << total << " | held-out loss " << strprintf("%.4f", r.loss)
         << " | perplexity " << strprintf("%.3f", r.perplexity) << std::endl;
     eval_points.emplace_back(step, r);
+    return true;
   };
   const bool writes_checkpoints =
       extras.checkpoints.enabled() && (!extras.distributed || extras.distributed->rank() == 0);
+  RunCheckpoints checkpoints = extras.checkpoints;
   int64_t checkpointed = extras.first_step;  // the step of the newest checkpoint: none written yet
-  auto checkpoint_at = [&](int64_t step) {
-    if (!writes_checkpoints || step == checkpointed) return;
-    log << "  checkpoint " << write_periodic_checkpoint(trainer, extras.checkpoints, step) << std::endl;
+  const char* checkpointed_kind = "";
+  auto checkpoint_at = [&](int64_t step, const char* kind) {
+    // The same step again only to record that its file is the run's last or its stop (never pruned).
+    if (!writes_checkpoints || (step == checkpointed && std::string(kind) == checkpointed_kind)) return;
+    if (step == checkpointed && step == extras.first_step) return;  // the resumed file itself
+    log << "  checkpoint " << checkpoints.write(trainer, step, kind) << std::endl;
     checkpointed = step;
+    checkpointed_kind = kind;
   };
   BetweenSteps between_steps = [&](int64_t done) {
     if (extras.eval_data && extras.eval_every > 0 && done % extras.eval_every == 0) evaluate_at(done);
-    if (extras.checkpoints.every > 0 && done % extras.checkpoints.every == 0) checkpoint_at(done);
+    // The last step's checkpoint is written after the loop, as the run's last.
+    if (checkpoints.policy().every > 0 && done % checkpoints.policy().every == 0 && done < total)
+      checkpoint_at(done, kPeriodicCheckpoint);
   };
 
   LoopControl control;
@@ -118,23 +146,42 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
   // The schedule's position: the optimizer's step count (a host sync for ours, before anything is timed).
   const int64_t first_optimizer_step = trainer.optimizer().step_count();
   const RunRecord record = train_loop(trainer.runner(), batches, t, device, log, between_steps, control);
-  checkpoint_at(record.steps_done);  // the last step's, or the stop's
+  checkpoint_at(record.steps_done, record.interrupted ? kStopCheckpoint : kLastCheckpoint);
+  // A stop signal after the last counted step still ends the run early: the final evaluation, the profile's
+  // and the energy figure's extra steps are cut short, and the result says "interrupted". Every rank asks
+  // at the same points (the stop vote is collective); once stopped, it stays stopped without asking again.
+  bool interrupted = record.interrupted;
+  const std::function<bool()> stop_now = [&] {
+    if (!interrupted && extras.stop_requested && extras.stop_requested()) {
+      interrupted = true;
+      log << "[" << trainer.spec().name << "] stop requested after the last step: what is left is cut short"
+          << std::endl;
+    }
+    return interrupted;
+  };
   if (record.interrupted)
     log << "[" << trainer.spec().name << "] interrupted: stopped after step " << record.steps_done << "/" << total
         << std::endl;
-  if (extras.eval_data && !record.interrupted && (eval_points.empty() || eval_points.back().first != total))
-    evaluate_at(total);
+  if (extras.eval_data && !interrupted && (eval_points.empty() || eval_points.back().first != total) &&
+      !evaluate_at(total))
+    stop_now();
   if (extras.after_last_counted_step) extras.after_last_counted_step(record.steps_done);
   nlohmann::json profile;
-  if (extras.profile.steps > 0 && !record.interrupted) {
+  if (extras.profile.steps > 0 && !stop_now()) {
     // After every measurement (profiler overhead must not reach step_ms); all profiled steps train on one
     // new batch, so the window holds the steps and nothing else.
     batches.next();
-    auto step = [&] { trainer.step(batches.inputs(), batches.labels()); };
+    auto step = [&] {
+      if (!stop_now()) trainer.step(batches.inputs(), batches.labels());
+    };
     if (extras.distributed && extras.distributed->rank() != 0)
       for (int64_t i = 0; i < extras.profile.steps; ++i) step();  // in step with rank 0, which records
     else
       profile = record_profile(device, extras.profile, step, log);
+    if (interrupted) {
+      profile = nullptr;  // fewer steps than it says: not a profile of the step
+      log << "[" << trainer.spec().name << "] profile discarded: a stop signal cut its steps short" << std::endl;
+    }
   }
 
   // A run stopped before its first measured step has losses but no timings: its result has no summary, so
@@ -148,7 +195,7 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
                                                {"summary_note", "stopped before the first measured step: no timings"},
                                                {"losses", record.losses}}
                               : build_result(trainer, record, batches.source().describe(), collect_system_info(device));
-  result["interrupted"] = record.interrupted;
+  result["interrupted"] = interrupted;
   result["first_step"] = record.first_step;  // "losses" and "lr" start after this many steps
   result["steps_done"] = record.steps_done;
   nlohmann::json lr = nlohmann::json::array();  // the rate each recorded step's update used
@@ -169,7 +216,9 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
   if (extras.distributed && !result["summary"].is_null())
     result["distributed"] = distributed_report(*extras.distributed, trainer, result);
   // A stopped run ends now: no unrecorded steps for the energy figure after a signal asked to stop.
-  if (!record.interrupted) finish_run_energy(trainer, batches, record, extras.distributed, result, log);
+  if (!interrupted && !result["summary"].is_null())
+    finish_run_energy(trainer, batches, record, extras.distributed, stop_now, result, log);
+  result["interrupted"] = interrupted;
   return result;
 }
 

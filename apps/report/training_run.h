@@ -33,10 +33,12 @@ struct RunExtras {
   std::function<void(int64_t steps_done)> after_last_counted_step;
   // A resume: the run continues with this step (Trainer::resume restored the rest), its data stream too.
   int64_t first_step = 0;
-  // Checkpoints between steps, and after the last step or a stop (rank 0 alone writes them).
-  CheckpointPolicy checkpoints;
-  // Asked after every step; true ends the run there, marked "interrupted" (data parallel: every rank must
-  // give the same answer at the same step). No profile is recorded and no final evaluation run then.
+  // Checkpoints between steps, and after the last step or a stop (rank 0 alone writes them), into a folder
+  // check_checkpoint_folder allowed.
+  RunCheckpoints checkpoints;
+  // Asked after every step and between the steps of what follows the last one; true ends the run there,
+  // marked "interrupted" (data parallel: every rank must give the same answer at the same step). After the
+  // last counted step it cuts the final evaluation, the --profile steps and the energy figure's extra steps.
   std::function<bool()> stop_requested;
 };
 

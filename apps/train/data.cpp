@@ -24,12 +24,9 @@ class SyntheticSource final : public TokenSource {
 class TextSource final : public TokenSource {
  public:
   TextSource(const std::string& path, int64_t seq_len, uint64_t seed)
-      : path_(path), tokens_(read_byte_tokens(path)), generator_(at::detail::createCPUGenerator(seed)) {
-    if (tokens_.numel() < seq_len + 1)
-      throw std::runtime_error("data file '" + path + "' has " + std::to_string(tokens_.numel()) +
-                               " bytes; training with seq_len " + std::to_string(seq_len) + " needs at least " +
-                               std::to_string(seq_len + 1));
-  }
+      : path_(path),
+        tokens_(read_byte_windows("data file", path, seq_len)),
+        generator_(at::detail::createCPUGenerator(seed)) {}
   void fill(torch::Tensor& rows) override {
     const int64_t window = rows.size(1);
     auto starts = torch::randint(0, tokens_.numel() - window + 1, {rows.size(0)}, generator_, torch::kLong);
@@ -47,6 +44,15 @@ class TextSource final : public TokenSource {
 };
 
 }  // namespace
+
+torch::Tensor read_byte_windows(const std::string& what, const std::string& path, int64_t seq_len) {
+  torch::Tensor tokens = read_byte_tokens(path);
+  if (tokens.numel() < seq_len + 1)
+    throw std::runtime_error(what + " '" + path + "' has " + std::to_string(tokens.numel()) + " bytes; seq_len " +
+                             std::to_string(seq_len) + " needs at least one window of seq_len + 1 = " +
+                             std::to_string(seq_len + 1) + " bytes");
+  return tokens;
+}
 
 torch::Tensor read_byte_tokens(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -25,6 +25,10 @@ std::unique_ptr<TokenSource> make_synthetic_source(int64_t vocab_size, uint64_t 
 std::unique_ptr<TokenSource> make_text_source(const std::string& path, int64_t seq_len, uint64_t seed);
 // The file's bytes as int64 tokens; throws with the path when unreadable or empty.
 torch::Tensor read_byte_tokens(const std::string& path);
+// read_byte_tokens, refusing (std::runtime_error naming `what`, the file, its size and the window) a file that
+// does not hold one window of seq_len + 1 bytes: a window's seq_len inputs and their next-byte labels. Training
+// and evaluation data are both checked here.
+torch::Tensor read_byte_windows(const std::string& what, const std::string& path, int64_t seq_len);
 
 class Batches {
  public:

@@ -2,7 +2,6 @@
 
 #include <ATen/Context.h>
 #include <ATen/DeviceAccelerator.h>
-#include <ATen/autocast_mode.h>
 
 namespace tt {
 
@@ -78,22 +77,6 @@ int64_t device_memory_in_use(const torch::Device& device) {
   if (!device.is_cuda()) return 0;
   const auto [free, total] = at::accelerator::getMemoryInfo(index_of(device));
   return static_cast<int64_t>(total - free);
-}
-
-AutocastScope::AutocastScope(const torch::Device& device, Precision precision)
-    : type_(device.type()),
-      enabled_(precision == Precision::kBf16), previous_(at::autocast::is_autocast_enabled(device.type())) {
-  if (!enabled_) return;
-  at::autocast::set_autocast_dtype(type_, at::kBFloat16);
-  at::autocast::set_autocast_enabled(type_, true);
-  at::autocast::increment_nesting();
-}
-
-AutocastScope::~AutocastScope() {
-  if (!enabled_) return;
-  // Leaving the outermost scope drops the cached bf16 copies of the weights, as Python's autocast does.
-  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  at::autocast::set_autocast_enabled(type_, previous_);
 }
 
 }  // namespace tt

@@ -1,6 +1,7 @@
 // Vendor-neutral device helpers for the training loop: device choice, step timing with device events,
-// caching-allocator memory statistics and mixed-precision scope. Nothing here includes CUDA or HIP
-// headers; on ROCm builds of LibTorch the "cuda" device is the HIP device.
+// caching-allocator memory statistics (the mixed-precision scope is models/precision.h, included here for
+// every caller). Nothing here includes CUDA or HIP headers; on ROCm builds of LibTorch the "cuda" device is
+// the HIP device.
 #pragma once
 
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "models/config.h"
+#include "models/precision.h"  // AutocastScope, compute_dtype: the run's precision
 
 namespace tt {
 
@@ -53,19 +55,5 @@ int64_t device_memory_in_use(const torch::Device& device);
 // TF32 for fp32 matmuls and convolutions is process-wide state in LibTorch; every trainer (and --eval-only)
 // sets it from its own config, so one run (or test) never inherits another's.
 void set_allow_tf32(bool allow);
-
-// bf16 autocast for the forward pass under Precision::kBf16 (the workshop's --use-amp), fp32 master
-// weights; nothing under kFp32.
-class AutocastScope {
- public:
-  AutocastScope(const torch::Device& device, Precision precision);
-  ~AutocastScope();
-  AutocastScope(const AutocastScope&) = delete;
-  AutocastScope& operator=(const AutocastScope&) = delete;
-
- private:
-  torch::DeviceType type_;
-  bool enabled_, previous_;
-};
 
 }  // namespace tt

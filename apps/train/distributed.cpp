@@ -463,16 +463,12 @@ void broadcast_weights(DistributedContext& context, Transformer& model) {
   model->refresh_compute_copies();
 }
 
-std::vector<torch::Tensor> gradient_leaves(Transformer& model, Precision precision) {
+std::vector<torch::Tensor> gradient_leaves(Transformer& model) {
   const auto parameters = model->parameters();
   const torch::Device device = parameters.front().device();
   const int64_t length = std::min<int64_t>(8, model->config().max_seq_len);
   auto tokens = torch::ones({1, length}, torch::TensorOptions().dtype(torch::kLong).device(device));
-  {
-    AutocastScope autocast(device, precision);
-    auto loss = model->loss(tokens, tokens);
-    loss.backward();
-  }
+  model->loss(tokens, tokens).backward();  // at the model's precision
   std::vector<torch::Tensor> leaves;
   for (const auto& p : parameters) {
     if (p.grad().defined()) leaves.push_back(p);
@@ -521,10 +517,33 @@ bool StopVote::operator()(bool stop_here) {
 // The data-parallel step
 // ---------------------------------------------------------------------------------------------------
 
-struct DataParallelStep::State {
+struct DataParallelStep::State final : StepHooks {
+  explicit State(DistributedContext& context) : context(context) {}
+  DistributedContext& context;
 #ifdef TT_DATA_PARALLEL
   std::unique_ptr<c10d::Reducer> reducer;
+
+  // In the order Python's DDP calls them, on the micro-batch whose backward all-reduces; before it the
+  // Reducer is left out entirely, as under DDP's no_sync: without prepare_for_backward its hooks return at
+  // once, and the gradients accumulate on the parameters, which the last backward's buckets then carry.
+  // rebuild_buckets is a no-op except in the second synced step, where it re-buckets in the order the first
+  // backward produced gradients (a collective, on every rank).
+  void before_forward(bool last) override {
+    if (!last) return;
+    reducer->prepare_for_forward();
+    reducer->rebuild_buckets();
+  }
+  // The Reducer's hooks then all-reduce each bucket as its gradients become ready; the backward returns after
+  // the last bucket's all-reduce is queued and the current stream waits for all of them.
+  void before_backward(const torch::Tensor& loss, bool last) override {
+    if (last) reducer->prepare_for_backward({loss});
+  }
 #endif
+  torch::Tensor reported_loss(const torch::Tensor& total) override {
+    auto mean = total.to(torch::kFloat32).clone();
+    context.average(mean);  // the global batch's loss on every rank
+    return mean;
+  }
 };
 
 // Bucket sizes as Python's DDP chooses them: the first iteration all-reduces one bucket per dtype (the
@@ -534,19 +553,13 @@ constexpr int64_t kFirstBucketBytes = 1 << 20;
 constexpr int64_t kBucketBytes = 25 << 20;
 
 DataParallelStep::DataParallelStep(DistributedContext& context, Transformer model, Optimizer& optimizer,
-                                   Precision precision, int64_t accum_steps)
-    : context_(context),
-      model_(std::move(model)),
-      optimizer_(optimizer),
-      precision_(precision),
-      device_(model_->parameters().front().device()),
-      accum_steps_(accum_steps),
-      state_(std::make_unique<State>()) {
+                                   int64_t accum_steps)
+    : accum_steps_(accum_steps), state_(std::make_unique<State>(context)) {
   TORCH_CHECK(accum_steps >= 1, "DataParallelStep: accum_steps must be >= 1, got ", accum_steps);
 #ifndef TT_DATA_PARALLEL
   TORCH_CHECK(false, "DataParallelStep: this build has no NCCL");
 #else
-  const auto leaves = gradient_leaves(model_, precision_);
+  const auto leaves = gradient_leaves(model);
   for (const auto& leaf : leaves) {
     const auto dtype = leaf.scalar_type();
     auto it = std::find_if(gradient_bytes_.begin(), gradient_bytes_.end(), [&](auto& e) { return e.first == dtype; });
@@ -561,62 +574,15 @@ DataParallelStep::DataParallelStep(DistributedContext& context, Transformer mode
       /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/false,
       std::unordered_map<size_t, std::string>{}, kFirstBucketBytes, /*skip_all_reduce_unused_params=*/false,
       /*use_python_reducer=*/false, std::vector<int64_t>{});
+  eager_ = std::make_unique<EagerStep>(std::move(model), optimizer, accum_steps, state_.get());
 #endif
 }
 
 DataParallelStep::~DataParallelStep() = default;
 
-#ifndef TT_DATA_PARALLEL
-torch::Tensor DataParallelStep::step(const torch::Tensor&, const torch::Tensor&, StepTimer*) {
-  throw std::logic_error("DataParallelStep: this build has no NCCL");  // its constructor refused already
-}
-#else
 torch::Tensor DataParallelStep::step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) {
-  auto& reducer = *state_->reducer;
-  const int64_t k = accum_steps_;
-  StepTimer* phases = k == 1 ? timer : nullptr;  // see times_phases()
-  if (timer) timer->mark(kStepStart);
-  torch::Tensor total;
-  for (int64_t i = 0; i < k; ++i) {
-    // Only the last micro-batch's backward all-reduces; before it the Reducer is left out entirely, as
-    // under Python DDP's no_sync: without prepare_for_backward its hooks return at once, and the
-    // gradients accumulate on the parameters, which the last backward's buckets then carry.
-    const bool sync = i + 1 == k;
-    torch::Tensor loss;
-    {
-      ScopedRange range("forward");
-      // In the order Python's DDP calls them. rebuild_buckets is a no-op except in the second synced step,
-      // where it re-buckets in the order the first backward produced gradients (a collective, on every rank).
-      if (sync) {
-        reducer.prepare_for_forward();
-        reducer.rebuild_buckets();
-      }
-      AutocastScope autocast(device_, precision_);
-      loss = model_->loss(micro_batch(inputs, i, k), micro_batch(labels, i, k));
-    }
-    if (phases) phases->mark(kAfterForward);
-    if (k > 1) loss = loss / static_cast<double>(k);  // as in EagerStep::step
-    {
-      // The Reducer's hooks all-reduce each bucket as its gradients become ready; the backward returns after
-      // the last bucket's all-reduce is queued and the current stream waits for all of them.
-      ScopedRange range("backward");
-      if (sync) reducer.prepare_for_backward({loss});
-      loss.backward();
-    }
-    if (phases) phases->mark(kAfterBackward);
-    total = i == 0 ? loss.detach() : total + loss.detach();
-  }
-  torch::Tensor mean;
-  {
-    ScopedRange range("optimizer");
-    optimizer_.step();
-    optimizer_.zero_grad();
-    mean = total.to(torch::kFloat32).clone();
-    context_.average(mean);  // the global batch's loss on every rank
-  }
-  if (timer) timer->mark(kStepEnd);
-  return mean;
+  // Without NCCL the constructor refused already.
+  return eager_->step(inputs, labels, timer);
 }
-#endif
 
 }  // namespace tt

@@ -158,20 +158,19 @@ class StopVote {
 // Rank 0's weights (and, in bf16 stages, the compute copies refreshed from them) on every rank.
 void broadcast_weights(DistributedContext& context, Transformer& model);
 
-// The leaves of the model that receive a gradient in a step at `precision`: parameters, or in bf16 stages
+// The leaves of the model that receive a gradient in a step at the model's precision: parameters, or in bf16 stages
 // with compute copies, the copies (and the masters the forward also reads, such as a tied embedding).
 // Found by one forward and backward on a tiny batch, so no stage's layout is assumed; gradients are reset.
-std::vector<torch::Tensor> gradient_leaves(Transformer& model, Precision precision);
+std::vector<torch::Tensor> gradient_leaves(Transformer& model);
 
-// The eager step with the Reducer's gradient all-reduce overlapping the backward; the returned loss is the
-// mean over ranks (one more small all-reduce), so every rank records the global batch's loss.
-// With gradient accumulation (accum_steps k > 1, EagerStep's micro-batches) the first k - 1 backwards
-// accumulate locally with the Reducer idle (Python DDP's no_sync) and only the last one all-reduces: one
-// gradient all-reduce per optimizer step, of the sum of all k micro-batches' gradients.
+// The eager step (EagerStep's one accumulation loop) with the Reducer's gradient all-reduce overlapping the
+// backward, added through StepHooks; the returned loss is the mean over ranks (one more small all-reduce), so
+// every rank records the global batch's loss. With gradient accumulation (accum_steps k > 1) the first k - 1
+// backwards accumulate locally with the Reducer idle (Python DDP's no_sync) and only the last one
+// all-reduces: one gradient all-reduce per optimizer step, of the sum of all k micro-batches' gradients.
 class DataParallelStep final : public StepRunner {
  public:
-  DataParallelStep(DistributedContext& context, Transformer model, Optimizer& optimizer, Precision precision,
-                   int64_t accum_steps = 1);
+  DataParallelStep(DistributedContext& context, Transformer model, Optimizer& optimizer, int64_t accum_steps = 1);
   ~DataParallelStep() override;
   torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) override;
   bool times_phases() const override { return accum_steps_ == 1; }
@@ -180,15 +179,11 @@ class DataParallelStep final : public StepRunner {
   const std::vector<std::pair<torch::Dtype, int64_t>>& gradient_bytes() const { return gradient_bytes_; }
 
  private:
-  struct State;
-  DistributedContext& context_;
-  Transformer model_;
-  Optimizer& optimizer_;
-  Precision precision_;
-  torch::Device device_;
+  struct State;  // the Reducer and the hooks that drive it
   int64_t accum_steps_;
   std::vector<std::pair<torch::Dtype, int64_t>> gradient_bytes_;
   std::unique_ptr<State> state_;
+  std::unique_ptr<EagerStep> eager_;
 };
 
 }  // namespace tt

@@ -17,25 +17,17 @@ constexpr int64_t kByteVocab = 256;
 }  // namespace
 
 EvalData load_eval_data(const std::string& path, int64_t seq_len) {
-  EvalData data{path, read_byte_tokens(path)};
-  if (data.tokens.numel() < seq_len + 1)
-    throw std::runtime_error("eval data '" + path + "' has " + std::to_string(data.tokens.numel()) +
-                             " bytes; evaluating with seq_len " + std::to_string(seq_len) +
-                             " needs at least one window of seq_len + 1 = " + std::to_string(seq_len + 1) + " bytes");
-  return data;
+  return {path, read_byte_windows("eval data", path, seq_len)};
 }
 
 EvalResult evaluate(Transformer& model, const torch::Tensor& tokens, int64_t seq_len, int64_t batch_size,
-                    const torch::Device& device, Precision precision, std::ostream* progress,
-                    double progress_seconds) {
+                    const torch::Device& device, std::ostream* progress,
+                    double progress_seconds, const std::function<bool()>& stop) {
   const ModelConfig& c = model->config();
   if (c.vocab_size < kByteVocab)
     throw std::runtime_error("evaluation reads bytes as tokens: model.vocab_size = " + std::to_string(c.vocab_size) +
                              " is not allowed, it must be >= 256");
-  if (seq_len <= 0 || seq_len > c.max_seq_len)
-    throw std::runtime_error("evaluation: seq_len = " + std::to_string(seq_len) +
-                             " is not allowed: it must be in [1, model.max_seq_len = " + std::to_string(c.max_seq_len) +
-                             "]");
+  // seq_len <= model.max_seq_len is the config's rule (validate), checked once there for every caller's config.
   if (batch_size <= 0)
     throw std::runtime_error("evaluation: batch_size = " + std::to_string(batch_size) +
                              " is not allowed: must be positive");
@@ -58,6 +50,10 @@ EvalResult evaluate(Transformer& model, const torch::Tensor& tokens, int64_t seq
   const auto began = std::chrono::steady_clock::now();
   auto last_report = began;
   for (int64_t start = 0; start < result.windows; start += batch_size) {
+    if (stop && stop()) {
+      result.stopped = true;
+      return result;
+    }
     const auto now = std::chrono::steady_clock::now();
     if (progress && std::chrono::duration<double>(now - last_report).count() >= progress_seconds) {
       last_report = now;
@@ -69,11 +65,7 @@ EvalResult evaluate(Transformer& model, const torch::Tensor& tokens, int64_t seq
     auto batch = rows.narrow(0, start, n).to(device);
     auto inputs = batch.narrow(1, 0, seq_len).contiguous();
     auto labels = batch.narrow(1, 1, seq_len);
-    torch::Tensor logits;
-    {
-      AutocastScope autocast(device, precision);
-      logits = model->forward(inputs);
-    }
+    const torch::Tensor logits = model->forward(inputs);  // at the model's precision
     auto log_probs = torch::log_softmax(logits.to(torch::kFloat32), -1);
     total -= log_probs.gather(-1, labels.unsqueeze(-1)).sum(torch::kFloat64);
   }

@@ -9,6 +9,7 @@
 // objects are written by the reporting layer (apps/report/evaluation_report.h).
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <string>
 
@@ -48,15 +49,18 @@ struct EvalResult {
   int64_t windows = 0;
   int64_t tokens = 0;         // windows * seq_len predicted tokens
   int64_t dropped_bytes = 0;  // the trailing partial window
+  bool stopped = false;       // `stop` ended it early: the figures above are not those of the whole file
 };
 
-// Evaluates in eval mode without gradients, batch_size windows at a time, under the precision's autocast;
+// Evaluates in eval mode without gradients, batch_size windows at a time, at the model's precision;
 // restores the model's training mode afterwards. One host sync, at the end. Throws for a vocab
-// smaller than 256, a window longer than max_seq_len or fewer tokens than one window. With `progress`, a
-// long evaluation writes a line there every `progress_seconds` (windows handed to the device so far).
+// smaller than 256 or fewer tokens than one window; seq_len must be a validated config's (<= max_seq_len). With `progress`, a
+// long evaluation writes a line there every `progress_seconds` (windows handed to the device so far). `stop`,
+// when given, is asked before every batch (a stop signal; data parallel: a collective vote, so every rank
+// asks as often); true ends the evaluation there, marked `stopped`.
 constexpr double kEvalProgressSeconds = 10.0;
 EvalResult evaluate(Transformer& model, const torch::Tensor& tokens, int64_t seq_len, int64_t batch_size,
-                    const torch::Device& device, Precision precision, std::ostream* progress = nullptr,
-                    double progress_seconds = kEvalProgressSeconds);
+                    const torch::Device& device, std::ostream* progress = nullptr,
+                    double progress_seconds = kEvalProgressSeconds, const std::function<bool()>& stop = {});
 
 }  // namespace tt

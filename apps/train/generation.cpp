@@ -63,7 +63,10 @@ Generation generate(Transformer& model, const std::vector<int64_t>& prompt, cons
   auto generator = at::detail::createCPUGenerator(options.seed);
   EvalModeScope mode(model);
   torch::NoGradGuard no_grad;
-  AutocastScope autocast(device, options.precision);
+  // Every forward opens the model's autocast region itself; this outer one keeps autocast's cache of bf16
+  // weight casts alive from token to token (it is dropped when the outermost region closes), as one region
+  // around the whole loop does in Python.
+  AutocastScope autocast(device, model->precision());
 
   // Each step reads one row of logits back: the next input depends on it (and the caller streams it).
   auto emit = [&](const torch::Tensor& last_logits) {
@@ -81,7 +84,7 @@ Generation generate(Transformer& model, const std::vector<int64_t>& prompt, cons
   if (new_tokens > 0 && options.use_cache) {
     // The last new token is never fed back, so prompt + new - 1 positions are cached.
     auto caches =
-        model->make_caches(1, prompt_len + new_tokens - 1, options.precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat32, device);
+        model->make_caches(1, prompt_len + new_tokens - 1, compute_dtype(model->precision()), device);
     auto logits = model->forward(ids(prompt), &caches);
     for (int64_t i = 0;; ++i) {
       const int64_t token = emit(logits[0][-1]);

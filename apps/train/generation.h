@@ -22,7 +22,6 @@ struct GenerationOptions {
   int64_t top_k = 0;         // sample among the k most likely tokens (ties at the k-th kept); 0: all
   uint64_t seed = 42;
   int64_t token_limit = 0;   // only tokens below this are produced (256: bytes); 0: the whole vocab
-  Precision precision = Precision::kFp32;  // kBf16: autocast and bf16 caches; fp32 weights as in training
   bool use_cache = true;     // false: recompute the whole sequence for every new token
   bool keep_logits = false;  // return the fp32 logits each token was chosen from
 };

@@ -4,13 +4,17 @@
 
 namespace tt {
 
-EagerStep::EagerStep(Transformer model, Optimizer& optimizer, Precision precision, int64_t accum_steps)
+EagerStep::EagerStep(Transformer model, Optimizer& optimizer, int64_t accum_steps, StepHooks* hooks)
     : model_(std::move(model)),
       optimizer_(optimizer),
-      precision_(precision),
-      device_(model_->parameters().front().device()),
+      hooks_(hooks ? hooks : &no_hooks()),
       accum_steps_(accum_steps) {
   TORCH_CHECK(accum_steps >= 1, "EagerStep: accum_steps must be >= 1, got ", accum_steps);
+}
+
+StepHooks& EagerStep::no_hooks() {
+  static StepHooks none;
+  return none;
 }
 
 torch::Tensor micro_batch(const torch::Tensor& batch, int64_t i, int64_t k) {
@@ -22,8 +26,7 @@ torch::Tensor micro_batch(const torch::Tensor& batch, int64_t i, int64_t k) {
 
 torch::Tensor EagerStep::forward(const torch::Tensor& inputs, const torch::Tensor& labels) {
   ScopedRange range("forward");
-  AutocastScope autocast(device_, precision_);
-  return model_->loss(inputs, labels);
+  return model_->loss(inputs, labels);  // under the model's precision
 }
 
 void EagerStep::backward(const torch::Tensor& loss) {
@@ -49,16 +52,20 @@ torch::Tensor EagerStep::step(const torch::Tensor& inputs, const torch::Tensor& 
   if (timer) timer->mark(kStepStart);
   torch::Tensor total;
   for (int64_t i = 0; i < k; ++i) {
+    const bool last = i + 1 == k;
+    hooks_->before_forward(last);
     auto loss = forward(micro_batch(inputs, i, k), micro_batch(labels, i, k));
     if (phases) phases->mark(kAfterForward);
     // Each micro-batch's mean loss counts 1/k, so the summed gradients are those of the whole batch's mean.
     // Not applied for k = 1, whose step stays the plain one, bit for bit.
     if (k > 1) loss = loss / static_cast<double>(k);
+    hooks_->before_backward(loss, last);
     backward(loss);
     if (phases) phases->mark(kAfterBackward);
     total = i == 0 ? loss.detach() : total + loss.detach();
   }
   optimize();
+  total = hooks_->reported_loss(total);
   if (timer) timer->mark(kStepEnd);
   return total;
 }

@@ -28,6 +28,21 @@ class StepRunner {
   virtual const char* describe() const = 0;
 };
 
+// What a step runner adds to the eager step's one accumulation loop without changing its arithmetic: data
+// parallel's gradient synchronisation (apps/train/distributed.h). The defaults do nothing.
+class StepHooks {
+ public:
+  virtual ~StepHooks() = default;
+  // Before micro-batch `i`'s forward; `last`: the micro-batch whose backward carries the step's gradients
+  // (the last of k; the only one with k = 1).
+  virtual void before_forward(bool /*last*/) {}
+  // Before that micro-batch's backward, with its (scaled) loss.
+  virtual void before_backward(const torch::Tensor& /*loss*/, bool /*last*/) {}
+  // The step's loss as the runner reports it, from this process's sum of micro-batch losses (after the
+  // optimizer): itself, or its mean over ranks.
+  virtual torch::Tensor reported_loss(const torch::Tensor& total) { return total; }
+};
+
 // The step op by op, as LibTorch's autograd runs it: forward (bf16 autocast under Precision::kBf16),
 // backward, optimizer (which clips the gradients when configured to), gradients reset to none.
 // With gradient accumulation (accum_steps k > 1) the batch holds k micro-batches of rows in order; each
@@ -35,7 +50,8 @@ class StepRunner {
 // optimizer step follows: the step of one batch of all k micro-batches' rows, at the memory of one.
 class EagerStep final : public StepRunner {
  public:
-  EagerStep(Transformer model, Optimizer& optimizer, Precision precision, int64_t accum_steps = 1);
+  // `hooks` (not owned, may be null) must outlive the step.
+  EagerStep(Transformer model, Optimizer& optimizer, int64_t accum_steps = 1, StepHooks* hooks = nullptr);
   // inputs/labels [k * B, S]; returns the mean of the micro-batches' losses (the whole batch's loss).
   torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) override;
   // Forward and backward phases interleave across micro-batches, so only k = 1 times them apart.
@@ -49,12 +65,12 @@ class EagerStep final : public StepRunner {
   torch::Tensor forward(const torch::Tensor& inputs, const torch::Tensor& labels);
   void backward(const torch::Tensor& loss);
   void optimize();
+  static StepHooks& no_hooks();
 
   Transformer model_;
   Optimizer& optimizer_;
-  Precision precision_;
-  torch::Device device_;
   int64_t accum_steps_;
+  StepHooks* hooks_;  // never null: the do-nothing hooks when none were given
 };
 
 // Rows [i * B, (i + 1) * B) of a batch of k micro-batches of B rows (a view: no copy, and under a graph

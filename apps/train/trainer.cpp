@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "apps/train/graph_step.h"
+#include "apps/train/stop_signal.h"
 #include "models/checkpoint.h"
 
 namespace tt {
@@ -17,7 +18,9 @@ Transformer build_model(const StageSpec& spec, const RunConfig& config, const to
   Transformer model(config.model, spec);
   if (spec.pitfall != Pitfall::kMissingInit) model->init_weights(seed);
   model->to(device);
-  if (spec.compute_copies && config.training.dtype == Precision::kBf16) model->enable_compute_copies(torch::kBFloat16);
+  model->set_precision(config.training.dtype);
+  if (spec.compute_copies && config.training.dtype == Precision::kBf16)
+    model->enable_compute_copies(compute_dtype(config.training.dtype));
   return model;
 }
 
@@ -36,7 +39,7 @@ Trainer::Trainer(const StageSpec& spec, const RunConfig& config, const torch::De
       device_(device),
       model_(build_model(spec, config, device)),
       optimizer_(make_optimizer(spec.optimizer, model_, AdamWOptions::from(config.training))),
-      eager_(model_, *optimizer_, config.training.dtype, config.training.grad_accum_steps) {
+      eager_(model_, *optimizer_, config.training.grad_accum_steps) {
   set_allow_tf32(config.training.allow_tf32);
   if (spec.step != StepKind::kGraph || !device.is_cuda()) return;
   // A replay repeats the captured kernel arguments: an optimizer that counts steps on the host (for bias
@@ -44,15 +47,19 @@ Trainer::Trainer(const StageSpec& spec, const RunConfig& config, const torch::De
   TORCH_CHECK(spec.optimizer == OptimizerKind::kOurAdamW, "stage ", spec.name,
               " captures its step as a graph, which needs an optimizer that counts its steps on the device (",
               implementation(OptimizerKind::kOurAdamW).name, "); it chose ", implementation(spec.optimizer).name);
-  if (config.training.warmup_steps < kGraphWarmupSteps)
-    throw ConfigError("config: field \"training.warmup_steps\" = " + std::to_string(config.training.warmup_steps) +
-                      " is not allowed for " + spec.name + ", which captures its step as a graph during the " +
-                      "warm-up: it needs at least " + std::to_string(kGraphWarmupSteps) + " (or run it with --no-graph)");
+  require_graph_warmup(spec, config.training);
   // The last warm-up step captures, so no measured step contains the capture.
   graphed_ = std::make_unique<GraphedStep>(eager_, config.training.warmup_steps - 1);
 }
 
 Trainer::~Trainer() = default;
+
+void require_graph_warmup(const StageSpec& spec, const TrainConfig& training) {
+  if (training.warmup_steps < kGraphWarmupSteps)
+    throw ConfigError("config: field \"training.warmup_steps\" = " + std::to_string(training.warmup_steps) +
+                      " is not allowed for " + spec.name + ", which captures its step as a graph during the " +
+                      "warm-up: it needs at least " + std::to_string(kGraphWarmupSteps) + " (or run it with --no-graph)");
+}
 
 std::string Trainer::step_description() const {
   std::string out = runner().describe();
@@ -150,8 +157,10 @@ void check_resumable(const Checkpoint& ck, const std::string& path, const std::s
                       "; raise --num-steps to continue training");
 }
 
-void Trainer::save_checkpoint(const std::string& path, bool overwrite, int64_t run_step) const {
+void Trainer::save_checkpoint(const std::string& path, bool overwrite, int64_t run_step, const Origin& origin) const {
   Checkpoint ck;
+  ck.run_id = origin.run_id;
+  ck.kind = origin.kind;
   ck.config = config_;
   ck.stage = spec_.name;
   ck.step = optimizer_->step_count();
@@ -164,6 +173,8 @@ void Trainer::save_checkpoint(const std::string& path, bool overwrite, int64_t r
     ck.exp_avg[slice.name] = slice.of(optimizer_->exp_avg(i)).detach().to(torch::kCPU).clone();
     ck.exp_avg_sq[slice.name] = slice.of(optimizer_->exp_avg_sq(i)).detach().to(torch::kCPU).clone();
   }
+  // A second signal during the write ends the process at once: it removes the temporary file first.
+  const PendingFile pending(checkpoint_temp_path(path));
   write_checkpoint(path, ck, overwrite);
 }
 

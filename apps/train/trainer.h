@@ -42,7 +42,11 @@ class Trainer {
   void load_checkpoint(const std::string& path);
   // Writes weights, optimizer state and step; with run_step >= 0 also what --resume needs: the run's step
   // run_step (its data position) and the CPU generator's state. Refuses an existing file unless overwrite.
-  void save_checkpoint(const std::string& path, bool overwrite, int64_t run_step = -1) const;
+  // `origin`: the run id and kind recorded in the file (apps/train/checkpointing.h).
+  struct Origin {
+    std::string run_id, kind;
+  };
+  void save_checkpoint(const std::string& path, bool overwrite, int64_t run_step = -1, const Origin& origin = {}) const;
   // Continues the run a checkpoint was taken from (check_resumable passed): weights, optimizer state and
   // step (the schedule's position), the CPU generator; a graphed step captures anew after the resume.
   // Returns the run's step to continue with.
@@ -83,6 +87,9 @@ class Trainer {
 
 // Warm-up steps a graphed run needs: at least one eager step on the capture stream, then the capture.
 constexpr int64_t kGraphWarmupSteps = 2;
+// Throws ConfigError when a run whose step is captured as a graph has fewer warm-up steps than the capture
+// needs (it happens during the warm-up, so that no measured step contains it). The one place this is decided.
+void require_graph_warmup(const StageSpec& spec, const TrainConfig& training);
 
 // The first step whose timings count in a run that starts at first_step (see Trainer::first_measured_step).
 int64_t first_measured_step(const TrainConfig& training, int64_t first_step, bool graphed);
