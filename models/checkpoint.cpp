@@ -21,6 +21,9 @@ namespace {
 const std::string kExpAvg = "optimizer.exp_avg.";
 const std::string kExpAvgSq = "optimizer.exp_avg_sq.";
 constexpr const char* kChecksumAlgorithm = "crc32";
+// A record beside data.pkl with its CRC-32 (decimal): checked before the unpickler sees data.pkl, whose
+// parser is not built for damaged input. torch.load ignores records it does not know.
+constexpr const char* kPickleChecksumRecord = "tinytransformer/data.pkl.crc32";
 
 // ---- CRC-32 (zlib's: polynomial 0xEDB88320), eight bytes per step ------------------------------------
 // Python's zlib.crc32 gives the same numbers, so a checkpoint can be checked without this code.
@@ -147,6 +150,8 @@ void write_archive(const c10::impl::GenericDict& dict, AtomicFile& file) {
                                                 /*compute_crc32=*/false);
   try {
     writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+    const std::string pickle_checksum = std::to_string(Crc32().update(pickle.data(), pickle.size()).value());
+    writer.writeRecord(kPickleChecksumRecord, pickle_checksum.data(), pickle_checksum.size());
     writer.writeRecord(".format_version", "1", 1);
     writer.writeRecord(".storage_alignment", "64", 2);
     writer.writeRecord("byteorder", "little", 6);
@@ -194,7 +199,7 @@ std::string reason(const std::exception& e) {
 }
 
 // The file's top-level dict, its tensors backed by their records (with_data) or by nothing (the header).
-c10::impl::GenericDict unpickle_archive(const std::string& path, bool with_data) {
+c10::impl::GenericDict unpickle_archive(const std::string& path, bool with_data, bool* pickle_verified) {
   std::error_code error;
   TORCH_CHECK(std::filesystem::is_regular_file(path, error), "cannot open checkpoint '", path,
               "': no such file (or not a file)");
@@ -207,6 +212,14 @@ c10::impl::GenericDict unpickle_archive(const std::string& path, bool with_data)
       TORCH_CHECK(order == "little", "its tensors are stored ", order, "-endian; this reader takes little-endian");
     }
     const auto [pickle, pickle_size] = reader.getRecord("data.pkl");
+    if (reader.hasRecord(kPickleChecksumRecord)) {
+      const auto [data, size] = reader.getRecord(kPickleChecksumRecord);
+      const std::string stored(static_cast<const char*>(data.get()), size);
+      const std::string computed = std::to_string(Crc32().update(pickle.get(), pickle_size).value());
+      TORCH_CHECK(stored == computed, "its data.pkl record (the dict without the tensors' data) fails its checksum "
+                  "(stored ", stored, ", computed ", computed, "): the file is damaged");
+      *pickle_verified = true;
+    }
     size_t position = 0;
     auto read = [&, data = static_cast<const char*>(pickle.get()), size = pickle_size](char* out, size_t n) {
       n = std::min(n, size - position);
@@ -255,6 +268,7 @@ struct Entries {
   std::map<std::string, c10::IValue> fields;        // scalar entries, checksums excluded
   std::map<std::string, torch::Tensor> tensors;     // every tensor by its key in the file
   std::optional<c10::impl::GenericDict> checksums;  // v2 only
+  bool pickle_verified = false;                     // data.pkl's own checksum (v2) matched
 };
 
 Entries sort_entries(const std::string& path, const c10::impl::GenericDict& dict) {
@@ -320,6 +334,8 @@ void verify_checksums(const std::string& path, const Entries& e, bool with_data)
   if (e.format == kCheckpointFormatV1) return;
   TORCH_CHECK(e.checksums, "'", path, "': field \"", kChecksumsKey, "\" is missing (a ", kCheckpointFormat,
               " file has one)");
+  TORCH_CHECK(e.pickle_verified, "'", path, "': the record ", kPickleChecksumRecord, " is missing (a ",
+              kCheckpointFormat, " file has one)");
   const std::string where = "'" + path + "': field \"" + kChecksumsKey + "\"";
   auto get = [&](const char* key) {
     TORCH_CHECK(e.checksums->contains(key), where, " has no \"", key, "\"");
@@ -436,7 +452,9 @@ void check_consistency(const std::string& path, const Checkpoint& ck) {
 
 // Everything but the tensors' checksums (with_data: those too).
 Entries read_entries(const std::string& path, bool with_data) {
-  Entries e = sort_entries(path, unpickle_archive(path, with_data));
+  bool pickle_verified = false;
+  Entries e = sort_entries(path, unpickle_archive(path, with_data, &pickle_verified));
+  e.pickle_verified = pickle_verified;
   verify_checksums(path, e, with_data);
   e.ck.config = embedded_config(path, e);
   check_consistency(path, e.ck);
