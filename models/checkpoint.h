@@ -1,14 +1,18 @@
-// Checkpoints in LibTorch's pickle format, readable by Python's torch.load: one dict whose keys are the
-// canonical weight names (Hugging Face LLaMA), "optimizer.exp_avg.<name>" and "optimizer.exp_avg_sq.<name>"
-// for the AdamW moments, plus "step" (int), "stage" (str), "config" (the run config as a JSON string)
-// and "format". Canonical names make a checkpoint portable between stages. Beside them, what an exact
-// resume needs: "run_step" (steps of the run done, which is also its data position) and "rng.cpu" (the
-// default CPU generator's state, uint8). This layer knows tensors by
-// canonical name only; the training layer (apps/train/trainer.h) maps optimizer state to and from them.
+// Checkpoints as PyTorch's own zip archive, which Python's torch.load reads under its defaults
+// (weights_only=True): one dict whose keys are the canonical weight names (Hugging Face LLaMA),
+// "optimizer.exp_avg.<name>" and "optimizer.exp_avg_sq.<name>" for the AdamW moments, plus "step" (int),
+// "stage" (str), "config" (the run config as a JSON string) and "format". Canonical names make a checkpoint
+// portable between stages. Beside them, what an exact resume needs: "run_step" (steps of the run done, which
+// is also its data position) and "rng.cpu" (the default CPU generator's state, uint8), and who wrote the file
+// and why ("run_id", "kind"). "checksums" holds a CRC-32 of every tensor and one of the other fields, checked
+// on every read (docs/training.md says how to recompute them). This layer knows tensors by canonical name
+// only; the training layer (apps/train/trainer.h) maps optimizer state to and from them.
 #pragma once
 
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -17,7 +21,10 @@
 
 namespace tt {
 
-constexpr const char* kCheckpointFormat = "tinytransformer-checkpoint-v1";
+// v2: checksums, untagged containers (torch.load's weights_only reads them). v1 files (LibTorch's
+// pickle_save, no checksums) are still read, unverified: they predate checksums.
+constexpr const char* kCheckpointFormat = "tinytransformer-checkpoint-v2";
+constexpr const char* kCheckpointFormatV1 = "tinytransformer-checkpoint-v1";
 
 struct Checkpoint {
   RunConfig config;
@@ -49,15 +56,25 @@ constexpr const char* kRunStepKey = "run_step";
 constexpr const char* kCpuRngKey = "rng.cpu";
 constexpr const char* kRunIdKey = "run_id";
 constexpr const char* kKindKey = "kind";
+constexpr const char* kChecksumsKey = "checksums";
 
 // Writes atomically (temporary file, then rename). An existing file is replaced only with `overwrite`;
-// otherwise the error names --save-checkpoint and --overwrite, as results do.
+// otherwise the error names --save-checkpoint and --overwrite, as results do. A failed write (a full disk)
+// removes the temporary file and throws naming the file.
 void write_checkpoint(const std::string& path, const Checkpoint& checkpoint, bool overwrite);
+// Reads and checks: every checksum (v2), field types, step >= 0, -1 <= run_step <= step and <= the
+// embedded config's warmup_steps + num_steps, exactly the weights the embedded config implies with its
+// shapes, optimizer moments for exactly those weights with their shapes, rng.cpu a uint8 vector. Every
+// refusal names the file and the tensor or field.
 Checkpoint read_checkpoint(const std::string& path);
 // The temporary file write_checkpoint writes before it renames it to `path`.
 std::string checkpoint_temp_path(const std::string& path);
-// The fields above of the checkpoint at `path`; throws as read_checkpoint does for an unreadable file.
+// The fields above of the checkpoint at `path`, with the same checks except the tensors' checksums: reads
+// only the archive's directory and its small data.pkl record, not the tensors' bytes.
 CheckpointHeader read_checkpoint_header(const std::string& path);
+// The canonical (Hugging Face LLaMA) weight names of a model of this config and their shapes, in the order of
+// TransformerImpl::canonical_layout.
+std::vector<std::pair<std::string, std::vector<int64_t>>> canonical_shapes(const ModelConfig& model);
 // Throws naming each model field where the checkpoint's config differs from `model`.
 void check_model_config(const Checkpoint& checkpoint, const ModelConfig& model);
 // check_model_config, then the checkpoint's weights into the model.
