@@ -13,7 +13,7 @@
 #include <limits>
 #include <sstream>
 
-#include "apps/report/results.h"
+#include "apps/report/run_result.h"
 #include "apps/report/training_run.h"
 #include "apps/train/checkpointing.h"
 #include "apps/train/distributed.h"

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "apps/report/results.h"
+#include "apps/report/run_result.h"
 #include "apps/report/training_run.h"
 #include "tests/helpers.h"
 

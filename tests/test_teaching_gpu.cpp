@@ -8,7 +8,7 @@
 #include <string>
 #include <sstream>
 
-#include "apps/report/results.h"
+#include "apps/report/run_result.h"
 #include "apps/report/training_run.h"
 #include "apps/train/energy.h"
 #include "tests/helpers.h"

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "apps/cli/stage_cli.h"
-#include "apps/report/results.h"
+#include "apps/report/run_result.h"
 #include "apps/report/training_run.h"
 #include "apps/train/checkpointing.h"
 #include "kernels/ops/adamw.h"

@@ -14,7 +14,7 @@
 #include <torch/csrc/profiler/stubs/base.h>
 
 #include "apps/train/device.h"
-#include "apps/train/format.h"
+#include "apps/results/text.h"
 
 namespace tt {
 namespace {
