@@ -4,8 +4,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "apps/results/flops.h"
 #include "apps/report/run_result.h"
+#include "apps/results/flops.h"
 #include "apps/train/trainer.h"
 #include "tests/helpers.h"
 

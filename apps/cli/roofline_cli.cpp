@@ -8,11 +8,11 @@
 #include <ostream>
 
 #include "apps/cli/command_line.h"
-#include "apps/results/flops.h"
-#include "apps/report/run_result.h"
 #include "apps/report/roofline.h"
-#include "apps/train/device.h"
+#include "apps/results/flops.h"
+#include "apps/results/result_file.h"
 #include "apps/results/text.h"
+#include "apps/train/device.h"
 
 namespace tt {
 
