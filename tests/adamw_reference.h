@@ -1,14 +1,17 @@
 // Runs tt::ops::adamw_step and LibTorch's torch::optim::AdamW side by side over many steps on the same
-// parameters and gradients, for the CPU and GPU optimizer tests.
+// parameters and gradients; and the test bodies the CPU and GPU optimizer tests share, run on each device
+// (tests/test_optimizer.cpp, tests/test_optimizer_gpu.cpp).
 #pragma once
 
 #include <cmath>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "apps/train/optimizer.h"
 #include "kernels/ops/adamw.h"
+#include "tests/helpers.h"
 
 namespace tt::testing {
 
@@ -50,11 +53,6 @@ inline AdamWComparison compare_with_torch_adamw(const std::vector<std::vector<in
         .lr(lr_at(h.lr_schedule(), static_cast<double>(s + 1)));
     reference.step();
   }
-  auto rel = [](const torch::Tensor& a, const torch::Tensor& b) {
-    auto x = a.detach().to(torch::kCPU, torch::kFloat64), y = b.detach().to(torch::kCPU, torch::kFloat64);
-    const double denom = y.norm().item<double>();
-    return denom == 0 ? (x - y).norm().item<double>() : (x - y).norm().item<double>() / denom;
-  };
   // NaN-propagating maximum: std::max(worst, NaN) keeps `worst`, so a NaN parameter or moment would pass
   // every tolerance; `!(x <= worst)` is true for NaN, and a NaN already kept stays (x <= NaN is false too,
   // but the isnan guard makes that explicit).
@@ -63,14 +61,55 @@ inline AdamWComparison compare_with_torch_adamw(const std::vector<std::vector<in
   };
   AdamWComparison out;
   for (size_t i = 0; i < shapes.size(); ++i) {
-    raise(out.max_param_rel, rel(ours[i], theirs[i]));
+    raise(out.max_param_rel, rel_error(ours[i], theirs[i]));
     const auto* st = static_cast<const torch::optim::AdamWParamState*>(
         reference.state().at(theirs[i].unsafeGetTensorImpl()).get());
-    raise(out.max_moment_rel, rel(m[i], st->exp_avg()));
-    raise(out.max_moment_rel, rel(v[i], st->exp_avg_sq()));
+    raise(out.max_moment_rel, rel_error(m[i], st->exp_avg()));
+    raise(out.max_moment_rel, rel_error(v[i], st->exp_avg_sq()));
   }
   out.state = state.cpu();
   return out;
+}
+
+// Against torch::optim::AdamW over `steps` steps on parameters of `shapes`, with weight decay and clipping each
+// off and on: parameters and moments within 1e-5, the step counter at `steps`, clipping engaged when on.
+inline void expect_matches_torch_adamw(const std::vector<std::vector<int64_t>>& shapes, int steps,
+                                       const torch::Device& device) {
+  for (double weight_decay : {0.0, 0.1}) {
+    for (double clip : {0.0, 1.0}) {
+      ops::AdamWHyperparameters h;
+      h.lr = 1e-2;
+      h.weight_decay = weight_decay;
+      h.max_grad_norm = clip;
+      const auto r = compare_with_torch_adamw(shapes, h, steps, device);
+      EXPECT_LT(r.max_param_rel, 1e-5) << "weight_decay " << weight_decay << ", clip " << clip;
+      EXPECT_LT(r.max_moment_rel, 1e-5) << "weight_decay " << weight_decay << ", clip " << clip;
+      EXPECT_EQ(r.state[ops::kAdamWStep].item<float>(), static_cast<float>(steps));
+      if (clip > 0) {
+        EXPECT_LT(r.state[ops::kAdamWClipScale].item<float>(), 1.0f) << "clipping never engaged";
+      }
+    }
+  }
+}
+
+// A bf16 compute copy's gradient joins its master's (the same steps as with the summed fp32 gradient), and the
+// copy equals the rounded master, after `steps` steps with `h` on one n-element tensor.
+inline void expect_copy_gradients_join_and_copies_are_rounded_masters(int64_t n, int steps,
+                                                                      const ops::AdamWHyperparameters& h,
+                                                                      const torch::Device& device) {
+  auto opts = torch::TensorOptions().device(device);
+  auto master_a = torch::randn({n}, opts), master_b = master_a.clone();
+  auto grad = torch::randn({n}, opts), copy_grad = torch::randn({n}, opts).to(torch::kBFloat16);
+  auto m_a = torch::zeros({n}, opts), v_a = torch::zeros({n}, opts), m_b = torch::zeros({n}, opts),
+       v_b = torch::zeros({n}, opts);
+  auto copy = master_a.to(torch::kBFloat16);
+  auto state_a = ops::adamw_state(device), state_b = ops::adamw_state(device);
+  for (int s = 0; s < steps; ++s) {
+    ops::adamw_step({{master_a, grad, copy, copy_grad, m_a, v_a}}, state_a, h);
+    ops::adamw_step({{master_b, grad + copy_grad.to(torch::kFloat32), {}, {}, m_b, v_b}}, state_b, h);
+  }
+  EXPECT_TRUE(torch::equal(master_a, master_b));
+  EXPECT_TRUE(torch::equal(copy, master_a.to(torch::kBFloat16)));
 }
 
 }  // namespace tt::testing

@@ -1,13 +1,19 @@
-// Shared test helpers: the smoke config, error measures, a GPU guard.
+// Shared test helpers, each once for the CPU and GPU suites: the smoke configs, error measures, the one GPU
+// guard (TT_REQUIRE_GPU), fresh folders, running a stage's main in-process.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
+#include "apps/cli/stage_cli.h"
 #include "apps/report/training_run.h"
 #include "apps/train/trainer.h"
 #include "models/config.h"
@@ -97,9 +103,61 @@ inline nlohmann::json train_result(const StageSpec& spec, const RunConfig& confi
   return run_training(trainer, extras, log);
 }
 
-#define TT_REQUIRE_GPU()                                                                   \
-  do {                                                                                     \
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU visible to LibTorch: skipped"; \
-  } while (0)
+// An empty folder for one test's files in the test temp folder, new on every call; the process id in its name
+// keeps suites that run at the same time apart.
+inline std::filesystem::path fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / (name + "_" + std::to_string(::getpid()));
+  remove_tree(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// The message of the E that fn throws, or "(nothing thrown)". Another exception propagates and fails the test:
+// error_of<ConfigError> also checks that the refusal is a configuration error.
+template <class E = std::exception>
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "(nothing thrown)";
+}
+
+// A stage executable's main run in this process: its exit code and what it wrote on stderr.
+struct StageRun {
+  int code = 0;
+  std::string err;
+};
+// args without the program name (the stage's name is put first, as the executable's argv[0]).
+inline StageRun run_stage(const StageSpec& spec, std::vector<std::string> args) {
+  args.insert(args.begin(), spec.name);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  ::testing::internal::CaptureStderr();
+  const int code = stage_main(static_cast<int>(argv.size()), argv.data(), spec);
+  return {code, ::testing::internal::GetCapturedStderr()};
+}
+
+#if defined(TT_BACKEND_CUDA) || defined(TT_BACKEND_HIP)
+constexpr bool kBuiltWithKernels = true;
+#else
+constexpr bool kBuiltWithKernels = false;
+#endif
+
+// The GPU guard of every GPU test: skips without a GPU. With a GPU but a build without kernels (CMake found no
+// nvcc/hipcc, which it reports only as a warning) the kernel tests would skip and the suite would look green:
+// that fails, unless TT_ALLOW_NO_GPU_KERNELS=1 says the build is meant that way.
+#define TT_REQUIRE_GPU()                                                                                   \
+  do {                                                                                                     \
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU: torch::cuda::is_available() is false";      \
+    if (!::tt::testing::kBuiltWithKernels) {                                                               \
+      const char* allow = std::getenv("TT_ALLOW_NO_GPU_KERNELS");                                          \
+      if (allow != nullptr && std::string(allow) == "1")                                                   \
+        GTEST_SKIP() << "no GPU kernels: built without TT_BACKEND_CUDA/HIP (TT_ALLOW_NO_GPU_KERNELS=1)";   \
+      GTEST_FAIL() << "a GPU is visible but this build has no GPU kernels (no TT_BACKEND_CUDA/HIP: CMake "  \
+                      "found no nvcc or hipcc); set TT_ALLOW_NO_GPU_KERNELS=1 if that is intended";        \
+    }                                                                                                      \
+  } while (false)
 
 }  // namespace tt::testing

@@ -1,5 +1,5 @@
-// What the kernel tests share (tests/test_ops_{cpu,gpu}.cpp, tests/test_flash_attention_{cpu,gpu}.cpp): the
-// skip when there is no GPU or no kernels, tensor helpers, and the comparisons with the references.
+// What the kernel tests share (tests/test_ops_{cpu,gpu}.cpp, tests/test_flash_attention_{cpu,gpu}.cpp): tensor
+// helpers and the comparisons with the references. Their GPU guard is TT_REQUIRE_GPU (tests/helpers.h).
 //
 // Tolerances. Every comparison is made against the reference evaluated in float64 on the same (already
 // rounded) inputs.
@@ -25,27 +25,6 @@
 #include <torch/torch.h>
 
 namespace tt::testing {
-
-#if defined(TT_BACKEND_CUDA) || defined(TT_BACKEND_HIP)
-constexpr bool kBuiltWithKernels = true;
-#else
-constexpr bool kBuiltWithKernels = false;
-#endif
-
-// Skips without a GPU. With a GPU but a build without kernels (CMake found no nvcc/hipcc, which it reports
-// only as a warning) every kernel test would skip and the suite would look green: that fails, unless
-// TT_ALLOW_NO_GPU_KERNELS=1 says the build is meant that way.
-#define TT_SKIP_WITHOUT_GPU_KERNELS()                                                                      \
-  do {                                                                                                     \
-    if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU: torch::cuda::is_available() is false";      \
-    if (!::tt::testing::kBuiltWithKernels) {                                                               \
-      const char* allow = std::getenv("TT_ALLOW_NO_GPU_KERNELS");                                          \
-      if (allow != nullptr && std::string(allow) == "1")                                                   \
-        GTEST_SKIP() << "no GPU kernels: built without TT_BACKEND_CUDA/HIP (TT_ALLOW_NO_GPU_KERNELS=1)";   \
-      GTEST_FAIL() << "a GPU is visible but this build has no GPU kernels (no TT_BACKEND_CUDA/HIP: CMake "  \
-                      "found no nvcc or hipcc); set TT_ALLOW_NO_GPU_KERNELS=1 if that is intended";        \
-    }                                                                                                      \
-  } while (false)
 
 inline const std::vector<torch::ScalarType> kKernelDtypes = {torch::kFloat32, torch::kBFloat16, torch::kFloat16};
 
@@ -132,6 +111,8 @@ inline std::vector<torch::Tensor> grads_of(const std::vector<torch::Tensor>& out
 }
 
 inline torch::Tensor leaf(const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); }
+// A leaf that keeps t's strides (a view of the same storage), so the op sees the layout under test.
+inline torch::Tensor leaf_view(const torch::Tensor& t) { return t.detach().requires_grad_(true); }
 
 // A contiguous tensor whose data starts one element past an aligned address: the kernels (or the op layer)
 // must notice and fall back from 16-byte accesses.

@@ -23,13 +23,6 @@ namespace {
 namespace fs = std::filesystem;
 using testing::smoke_config;
 
-fs::path fresh_folder(const std::string& name) {
-  const auto dir = fs::path(::testing::TempDir()) / name;
-  testing::remove_tree(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
 RunConfig short_run(int64_t warmup, int64_t num) {
   RunConfig c = smoke_config();
   c.training.warmup_steps = warmup;
@@ -73,7 +66,7 @@ std::vector<std::string> names_in(const fs::path& dir) {
 // run's checkpoints, a resume into a folder holding another run's file, and a resume from an older step of
 // the same run beside its later files (which pruning used to delete, newest-step-first).
 TEST(CheckpointFolder, AnotherRunsFilesAreNeverWrittenBesideOrPruned) {
-  const auto dir = fresh_folder("tt_policy_other");
+  const auto dir = testing::fresh_dir("tt_policy_other");
   const CheckpointPolicy policy{dir.string(), 1, 1};
   train_into(short_run(0, 3), policy, "run-a");
   EXPECT_EQ(names_in(dir), (std::vector<std::string>{"step_000002.pt", "step_000003.pt"}));
@@ -98,7 +91,7 @@ TEST(CheckpointFolder, AnotherRunsFilesAreNeverWrittenBesideOrPruned) {
 // A resume continues the run's own pruning (its periodic files only) and never removes its last step's file,
 // a stop's or a file it cannot prove is its own.
 TEST(CheckpointFolder, AResumePrunesOnlyItsOwnPeriodicFiles) {
-  const auto dir = fresh_folder("tt_policy_resume");
+  const auto dir = testing::fresh_dir("tt_policy_resume");
   const CheckpointPolicy policy{dir.string(), 2, 1};
   const RunConfig c = short_run(0, 9);
   const auto first = train_into(c, policy, "run-a", /*stop_after=*/5);
@@ -127,7 +120,7 @@ TEST(CheckpointFolder, AResumePrunesOnlyItsOwnPeriodicFiles) {
 // A periodic checkpoint at the very step a signal stops the run is the stop's: rewritten as such, so that no
 // later pruning takes it.
 TEST(CheckpointFolder, AStopAtAPeriodicStepIsRecordedAsTheStop) {
-  const auto dir = fresh_folder("tt_policy_stop_at_periodic");
+  const auto dir = testing::fresh_dir("tt_policy_stop_at_periodic");
   train_into(short_run(0, 9), {dir.string(), 2, 0}, "run-a", /*stop_after=*/4);
   EXPECT_EQ(names_in(dir), (std::vector<std::string>{"step_000002.pt", "step_000004.pt"}));
   EXPECT_EQ(read_checkpoint(checkpoint_path(dir.string(), 4)).kind, kStopCheckpoint);
@@ -136,7 +129,7 @@ TEST(CheckpointFolder, AStopAtAPeriodicStepIsRecordedAsTheStop) {
 // A stop signal after the last counted step: the final evaluation and the profile are cut short, and the
 // result says "interrupted" (it used to say false and go on for up to 34 s).
 TEST(LateSignal, AfterTheLastStepCutsTheEvaluationAndTheProfile) {
-  const auto dir = fresh_folder("tt_late_signal");
+  const auto dir = testing::fresh_dir("tt_late_signal");
   const std::string eval_file = (dir / "eval.txt").string();
   std::ofstream(eval_file) << std::string(4000, 'x');
   RunConfig c = short_run(0, 3);
@@ -163,7 +156,7 @@ TEST(LateSignal, AfterTheLastStepCutsTheEvaluationAndTheProfile) {
 // A second signal during a write ends the process at once, and removes the write's temporary file first.
 // In a child process: the handler exits it.
 TEST(StopSignal, ASecondSignalDuringAWriteLeavesNoTemporaryFile) {
-  const auto dir = fresh_folder("tt_second_signal");
+  const auto dir = testing::fresh_dir("tt_second_signal");
   const fs::path tmp = dir / "step_000007.pt.tmp";
   const pid_t child = fork();
   ASSERT_GE(child, 0);
@@ -183,22 +176,10 @@ TEST(StopSignal, ASecondSignalDuringAWriteLeavesNoTemporaryFile) {
   EXPECT_FALSE(fs::exists(tmp)) << "the temporary file was left behind";
 }
 
-// Runs a stage's main in-process; its exit code and what it wrote on stderr.
-std::pair<int, std::string> run_v1(std::vector<std::string> args) {
-  args.insert(args.begin(), "v1_baseline");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  ::testing::internal::CaptureStdout();
-  ::testing::internal::CaptureStderr();
-  const int code = stage_main(static_cast<int>(argv.size()), argv.data(), stages::v1_baseline());
-  ::testing::internal::GetCapturedStdout();
-  return {code, ::testing::internal::GetCapturedStderr()};
-}
-
 // Every one of these is refused with exit code 2, naming the flag, field or file, before any step: nothing
 // is written.
 TEST(RefusedBeforeAnyWork, EmptyPathsCollisionsOverlongNamesAndOverflowingProducts) {
-  const auto dir = fresh_folder("tt_refused_before_work");
+  const auto dir = testing::fresh_dir("tt_refused_before_work");
   const std::string result = (dir / "r.json").string();
   const std::string ck = (dir / "ck").string();
   const std::vector<std::string> base = {"--config", std::string(TT_SOURCE_DIR) + "/configs/smoke.json",
@@ -218,13 +199,13 @@ TEST(RefusedBeforeAnyWork, EmptyPathsCollisionsOverlongNamesAndOverflowingProduc
     // The later flag wins in this list: drop base's --num-steps when the case gives its own.
     if (extra.front() == "--num-steps") args.erase(args.begin() + 4, args.begin() + 6);
     args.insert(args.end(), extra.begin(), extra.end());
-    const auto [code, err] = run_v1(args);
+    const auto [code, err] = testing::run_stage(stages::v1_baseline(), args);
     EXPECT_EQ(code, 2) << err;
     EXPECT_NE(err.find(phrase), std::string::npos) << "for " << extra.front() << ": " << err;
   }
   EXPECT_EQ(names_in(dir), std::vector<std::string>{}) << "nothing is written by a refused run";
   // --validate checks the same products.
-  const auto [code, err] = run_v1({"--validate", "--grad-accum-steps", "4611686018427387904"});
+  const auto [code, err] = testing::run_stage(stages::v1_baseline(), {"--validate", "--grad-accum-steps", "4611686018427387904"});
   EXPECT_EQ(code, 2) << err;
   EXPECT_NE(err.find("training.grad_accum_steps"), std::string::npos) << err;
 }

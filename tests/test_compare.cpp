@@ -9,8 +9,11 @@
 
 #include "apps/cli/compare_cli.h"
 #include "apps/cli/roofline_cli.h"
-#include "apps/report/compare.h"
-#include "apps/report/results.h"
+#include "apps/compare/compare.h"
+#include "apps/compare/compare_svg.h"
+#include "apps/compare/compare_text.h"
+#include "apps/compare/exercise.h"
+#include "apps/results/result_file.h"
 #include "tests/helpers.h"
 
 namespace tt::compare {
@@ -356,11 +359,11 @@ TEST(Compare, DebuggingExerciseRowsAreLabelledAndMeasuredAgainstStageFive) {
   EXPECT_NE(svg.find("0.800 J/step"), std::string::npos);
   EXPECT_EQ(to_svg(build_comparison(load_results({fixture("v1_baseline.json")}))).find("GPU energy per step"),
             std::string::npos);
-  const std::string lessons = format_lessons(c);
+  const std::string lessons = format_exercise(c);
   EXPECT_NE(lessons.find("naive-swiglu"), std::string::npos) << lessons;
   EXPECT_NE(lessons.find("0.50x"), std::string::npos) << lessons;
   EXPECT_NE(lessons.find("lesson of naive-swiglu"), std::string::npos) << lessons;
-  EXPECT_EQ(format_lessons(build_comparison(load_results({fixture("v1_baseline.json")}))), "");
+  EXPECT_EQ(format_exercise(build_comparison(load_results({fixture("v1_baseline.json")}))), "");
 }
 
 TEST(Compare, WritesOneSelfContainedHtmlReportWithTheFoldersRoofline) {

@@ -13,14 +13,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 ParsedCommandLine parse(std::vector<std::string> args) { return parse_command_line("test", args); }
 

@@ -30,15 +30,6 @@ EnvLookup env_of(const std::map<std::string, std::string>& vars) {
   };
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no ConfigError thrown)";
-}
-
 #define EXPECT_MENTIONS(text, fragment) \
   EXPECT_NE((text).find(fragment), std::string::npos) << "expected \"" << (fragment) << "\" in: " << (text)
 
@@ -117,7 +108,7 @@ TEST(DistributedEnv, TorchrunVariablesTakePrecedence) {
 
 TEST(DistributedEnv, MissingOrBadValuesNameTheVariable) {
   auto message = [](const std::map<std::string, std::string>& vars) {
-    return error_of([&] { parse_distributed_env(env_of(vars)); });
+    return testing::error_of<ConfigError>([&] { parse_distributed_env(env_of(vars)); });
   };
   std::string m = message(with(kTorchrun, "MASTER_ADDR", std::nullopt));
   EXPECT_MENTIONS(m, "MASTER_ADDR is not set");
@@ -252,7 +243,7 @@ TEST(RunAgreement, PortInUseIsNamed) {
   {
     const testing::OccupiedPort occupied(port);
     ASSERT_TRUE(occupied.listening());
-    m = error_of([&] { check_port_free(port); });
+    m = testing::error_of<ConfigError>([&] { check_port_free(port); });
   }
   EXPECT_MENTIONS(m, "MASTER_PORT = " + std::to_string(port) + " is not allowed: the port is in use on this host");
   EXPECT_MENTIONS(m, "--master-port");
@@ -261,7 +252,7 @@ TEST(RunAgreement, PortInUseIsNamed) {
 TEST(DistributedContext, RefusesAHostWithoutGpusOrNccl) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has a GPU; the GPU suite tests the GPU count check";
   DistributedEnv env = parse_distributed_env(env_of(kTorchrun));
-  const std::string m = error_of([&] { DistributedContext context(env, {}); });
+  const std::string m = testing::error_of<ConfigError>([&] { DistributedContext context(env, {}); });
   if (nccl_available())
     EXPECT_MENTIONS(m, "rank 1 sees no GPU");
   else
@@ -289,20 +280,14 @@ class ScopedEnv {
   std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
 
-std::pair<int, std::string> run_stage(std::vector<const char*> argv) {
-  ::testing::internal::CaptureStderr();
-  const int code = stage_main(static_cast<int>(argv.size()), const_cast<char**>(argv.data()), stages::v2_fused());
-  return {code, ::testing::internal::GetCapturedStderr()};
-}
-
 TEST(DataParallelCommandLine, RefusalsBeforeAnyWork) {
   {
-    auto [code, err] = run_stage({"v2_fused", "--device", "cpu", "--dist-timeout", "0"});
+    auto [code, err] = testing::run_stage(stages::v2_fused(), {"--device", "cpu", "--dist-timeout", "0"});
     EXPECT_EQ(code, 2);
     EXPECT_MENTIONS(err, "--dist-timeout 0 is not allowed: must be >= 1 second");
   }
   {
-    auto [code, err] = run_stage({"v2_fused", "--device", "cpu", "--dist-timeout", "30"});
+    auto [code, err] = testing::run_stage(stages::v2_fused(), {"--device", "cpu", "--dist-timeout", "30"});
     EXPECT_EQ(code, 2);
     EXPECT_MENTIONS(err, "--dist-timeout applies to data-parallel runs");
   }
@@ -310,14 +295,14 @@ TEST(DataParallelCommandLine, RefusalsBeforeAnyWork) {
     ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_PORT", "29500"},
                    {"MASTER_ADDR", "restored afterwards"}});
     ::unsetenv("MASTER_ADDR");
-    auto [code, err] = run_stage({"v2_fused", "--device", "cpu"});
+    auto [code, err] = testing::run_stage(stages::v2_fused(), {"--device", "cpu"});
     EXPECT_EQ(code, 2);
     EXPECT_MENTIONS(err, "MASTER_ADDR is not set");
   }
   {
     ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"},
                    {"MASTER_PORT", "29500"}});
-    auto [code, err] = run_stage({"v2_fused", "--device", "cpu"});
+    auto [code, err] = testing::run_stage(stages::v2_fused(), {"--device", "cpu"});
     EXPECT_EQ(code, 2);
     EXPECT_MENTIONS(err, "\"training.device\" = \"cpu\" is not allowed under a data-parallel launcher");
   }
@@ -351,7 +336,7 @@ TEST(DataParallelCommandLine, RefusalsBeforeAnyWork) {
                    {"MASTER_PORT", "29500"}});
     const std::string path = baseline(name, change);
     auto [code, err] =
-        run_stage({"v2_fused", "--config", smoke.c_str(), "--device", "cuda", "--scaling-baseline", path.c_str()});
+        testing::run_stage(stages::v2_fused(), {"--config", smoke, "--device", "cuda", "--scaling-baseline", path});
     EXPECT_EQ(code, 2) << name;
     EXPECT_MENTIONS(err, phrase);
   }

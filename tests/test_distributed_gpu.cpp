@@ -13,7 +13,7 @@
 #include <limits>
 #include <sstream>
 
-#include "apps/report/results.h"
+#include "apps/report/run_result.h"
 #include "apps/report/training_run.h"
 #include "apps/train/checkpointing.h"
 #include "apps/train/distributed.h"
@@ -44,20 +44,7 @@ DistributedEnv one_rank(int port) {
   return env;
 }
 
-RunConfig gpu_config(Precision precision) {
-  RunConfig c = testing::smoke_config();
-  c.training.device = "cuda";
-  c.training.dtype = precision;
-  c.training.warmup_steps = 2;
-  c.training.num_steps = 8;
-  c.training.grad_clip = 1.0;
-  return c;
-}
-
-StageSpec eager(StageSpec spec) {
-  spec.step = StepKind::kEager;
-  return spec;
-}
+RunConfig gpu_config(Precision precision) { return testing::gpu_smoke_config(precision, 2, 8); }
 
 struct Trained {
   nlohmann::json result;
@@ -123,7 +110,7 @@ TEST(DataParallelGpu, OneRankEqualsThePlainRun) {
   // embedding's fp32 one (gradient_leaves).
   for (const auto& [spec, precision] : {Case{stages::v1_baseline(), Precision::kFp32},
                                         Case{stages::v3_custom(), Precision::kFp32},
-                                        Case{eager(stages::v4_ultra()), Precision::kBf16}}) {
+                                        Case{testing::eager_step(stages::v4_ultra()), Precision::kBf16}}) {
     SCOPED_TRACE(spec.name + " " + to_string(precision));
     const auto plain = train_plain(spec, gpu_config(precision));
     const auto parallel = train_one_rank(spec, gpu_config(precision));
@@ -145,7 +132,7 @@ TEST(DataParallelGpu, OneRankEqualsThePlainRun) {
 // equals one batch of all the rows (test_trainer.cpp).
 TEST(DataParallelGpu, OneRankWithAccumulationEqualsThePlainRun) {
   TT_REQUIRE_NCCL_GPUS(1);
-  for (const auto& spec : {stages::v1_baseline(), eager(stages::v4_ultra())}) {
+  for (const auto& spec : {stages::v1_baseline(), testing::eager_step(stages::v4_ultra())}) {
     SCOPED_TRACE(spec.name);
     RunConfig c = gpu_config(Precision::kFp32);
     c.training.batch_size = 2;
@@ -204,13 +191,6 @@ fs::path build_dir() { return fs::canonical("/proc/self/exe").parent_path().pare
 std::string launcher() { return std::string(TT_SOURCE_DIR) + "/scripts/launch.sh"; }
 std::string smoke_json() { return std::string(TT_SOURCE_DIR) + "/configs/smoke.json"; }
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("tt_dp_" + name + "_" + std::to_string(::getpid()));
-  testing::remove_tree(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
 // Runs a bash script; returns its exit status (128 + signal when it was killed).
 int shell(const std::string& script) {
   const fs::path file = fs::temp_directory_path() / ("tt_dp_script_" + std::to_string(::getpid()) + ".sh");
@@ -236,7 +216,7 @@ std::string stage_flags(int64_t batch, const fs::path& output) {
 // scripts/launch.sh --nproc 1 runs the binary as rank 0 of a world of one: the plain binary's losses.
 TEST(DataParallelGpu, LauncherWithOneProcessEqualsThePlainBinary) {
   TT_REQUIRE_NCCL_GPUS(1);
-  const fs::path dir = fresh_dir("one");
+  const fs::path dir = testing::fresh_dir("tt_dp_one");
   for (const std::string stage : {"v1_baseline", "v4_ultra"}) {
     SCOPED_TRACE(stage);
     const std::string binary = (build_dir() / stage).string();
@@ -283,7 +263,7 @@ TEST(DataParallelGpu, LauncherWithOneProcessEqualsThePlainBinary) {
 // ranks' weights identical after the run.
 TEST(DataParallelGpu, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
   TT_REQUIRE_NCCL_GPUS(2);
-  const fs::path dir = fresh_dir("two");
+  const fs::path dir = testing::fresh_dir("tt_dp_two");
   for (const std::string stage : {"v1_baseline", "v2_fused", "v3_custom", "v4_ultra"}) {
     SCOPED_TRACE(stage);
     const std::string binary = (build_dir() / stage).string();
@@ -315,7 +295,7 @@ TEST(DataParallelGpu, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
 // Ranks started with different flags stop at start-up, every one naming the differing rank and field.
 TEST(DataParallelGpu, DifferentConfigsAreNamedAtStartUp) {
   TT_REQUIRE_NCCL_GPUS(2);
-  const fs::path dir = fresh_dir("mismatch");
+  const fs::path dir = testing::fresh_dir("tt_dp_mismatch");
   const std::string binary = (build_dir() / "v1_baseline").string();
   const std::string env = "WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
                           std::to_string(free_port());
@@ -338,7 +318,7 @@ TEST(DataParallelGpu, DifferentConfigsAreNamedAtStartUp) {
 // the launcher, the survivor stops on its own within --dist-timeout (NCCL's watchdog). No result file.
 TEST(DataParallelGpu, AKilledRankEndsTheRun) {
   TT_REQUIRE_NCCL_GPUS(2);
-  const fs::path dir = fresh_dir("killed");
+  const fs::path dir = testing::fresh_dir("tt_dp_killed");
   const std::string binary = (build_dir() / "v1_baseline").string();
   const std::string long_run = "--config " + smoke_json() +
                                " --device cuda --batch-size 2 --warmup-steps 2 --num-steps 100000 --log-every 1";
@@ -383,7 +363,7 @@ TEST(DataParallelGpu, AKilledRankEndsTheRun) {
 // left; both exit with 128 + 15, and rank 0 writes the checkpoint and the result marked interrupted.
 TEST(DataParallelGpu, ASignalToOneRankStopsEveryRankAtTheSameStep) {
   TT_REQUIRE_NCCL_GPUS(2);
-  const fs::path dir = fresh_dir("signal");
+  const fs::path dir = testing::fresh_dir("tt_dp_signal");
   const std::string binary = (build_dir() / "v1_baseline").string();
   const fs::path log0 = dir / "rank0.log";
   const std::string env =

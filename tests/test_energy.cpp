@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "apps/report/results.h"
+#include "apps/report/run_result.h"
 #include "apps/report/training_run.h"
 #include "apps/train/energy.h"
 #include "tests/helpers.h"

@@ -6,9 +6,9 @@
 
 #include "apps/cli/stage_cli.h"
 #include "apps/report/evaluation_report.h"
-#include "apps/train/evaluate.h"
-#include "apps/report/results.h"
+#include "apps/report/run_result.h"
 #include "apps/report/training_run.h"
+#include "apps/train/evaluate.h"
 #include "apps/train/trainer.h"
 #include "tests/helpers.h"
 

@@ -1,11 +1,11 @@
-// The debugging exercise's summary (apps/report/exercise.h) on synthetic results: the noise band from the
+// The debugging exercise's summary (apps/compare/exercise.h) on synthetic results: the noise band from the
 // repeats, a difference inside it read as no speed effect and one outside it as slower, and each pitfall's
 // own figure.
 #include <gtest/gtest.h>
 
-#include "apps/report/compare.h"
-#include "apps/report/exercise.h"
-#include "apps/report/results.h"
+#include "apps/compare/compare.h"
+#include "apps/compare/exercise.h"
+#include "apps/results/result_file.h"
 
 namespace tt::compare {
 namespace {

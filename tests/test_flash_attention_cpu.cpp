@@ -23,8 +23,6 @@ using tt::testing::expect_close;
 using tt::testing::grads_of;
 using tt::testing::leaf;
 
-// A leaf that keeps t's strides (a view of the same storage), so the op sees the layout under test.
-torch::Tensor leaf_view(const torch::Tensor& t) { return t.detach().requires_grad_(true); }
 
 struct Shape {
   int64_t batch;
@@ -42,9 +40,9 @@ struct Shape {
 // Output and the gradients of q, k and v against the reference, on the given (possibly strided) inputs.
 void check_against_reference(const torch::Tensor& q_in, const torch::Tensor& k_in, const torch::Tensor& v_in,
                              const std::string& what) {
-  auto q = leaf_view(q_in);
-  auto k = leaf_view(k_in);
-  auto v = leaf_view(v_in);
+  auto q = tt::testing::leaf_view(q_in);
+  auto k = tt::testing::leaf_view(k_in);
+  auto v = tt::testing::leaf_view(v_in);
   auto out = tt::ops::flash_attention(q, k, v);
   auto q_ref = leaf(q_in);
   auto k_ref = leaf(k_in);
@@ -146,9 +144,9 @@ TEST(FlashAttentionCpu, RopeVariantMatchesRopeThenAttention) {
     auto [cos, sin] = tt::reference::rope_tables(s.seq + 3, s.head_dim, 10000.0, 0, torch::kCPU);
     auto qkv = torch::randn({s.batch, s.seq, s.q_heads + 2 * s.kv_heads, s.head_dim});
     auto parts = qkv.split({s.q_heads, s.kv_heads, s.kv_heads}, 2);
-    auto q = leaf_view(parts[0].transpose(1, 2));
-    auto k = leaf_view(parts[1].transpose(1, 2));
-    auto v = leaf_view(parts[2].transpose(1, 2));
+    auto q = tt::testing::leaf_view(parts[0].transpose(1, 2));
+    auto k = tt::testing::leaf_view(parts[1].transpose(1, 2));
+    auto v = tt::testing::leaf_view(parts[2].transpose(1, 2));
     auto out = tt::ops::flash_attention_rope(q, k, v, cos, sin);
 
     auto q_ref = leaf(parts[0].transpose(1, 2));

@@ -32,11 +32,8 @@ using tt::testing::misaligned_copy;
 using tt::testing::shape_name;
 using tt::testing::unit_roundoff;
 
-#define SKIP_WITHOUT_GPU() TT_SKIP_WITHOUT_GPU_KERNELS()
 const std::vector<torch::ScalarType>& kDtypes = tt::testing::kKernelDtypes;
 
-// A leaf that keeps t's strides (a view of the same storage), so the op sees the layout under test.
-torch::Tensor leaf_view(const torch::Tensor& t) { return t.detach().requires_grad_(true); }
 
 struct Config {
   int64_t batch;
@@ -95,9 +92,9 @@ void check_attention(const Inputs& in, torch::ScalarType dtype, const std::strin
                            shape_name(in.k.sizes());
   auto grad_out = torch::randn(in.q.sizes(), gpu()).to(dtype);
 
-  auto q = leaf_view(in.q);
-  auto k = leaf_view(in.k);
-  auto v = leaf_view(in.v);
+  auto q = tt::testing::leaf_view(in.q);
+  auto k = tt::testing::leaf_view(in.k);
+  auto v = tt::testing::leaf_view(in.v);
   auto out = ours(q, k, v);
   EXPECT_EQ(out.scalar_type(), dtype) << what << ": output must keep the input dtype";
   auto grads = grads_of({out}, {q, k, v}, {grad_out});
@@ -125,7 +122,7 @@ void check_attention(const Inputs& in, torch::ScalarType dtype, const std::strin
 // Sequence lengths around the tiles (16-row fragments, 32-, 64- and 128-row blocks): one row, a partial
 // fragment, exact tiles, one past, one short. Grouped-query ratios 1, 2, 4 and 8.
 TEST(FlashAttentionGpu, MatchesReferenceOverShapesHeadsAndDtypes) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(0);
   const std::vector<std::pair<int64_t, int64_t>> head_configs = {{8, 8}, {8, 4}, {8, 2}, {8, 1}, {32, 16}};
   int64_t case_index = 0;
@@ -145,7 +142,7 @@ TEST(FlashAttentionGpu, MatchesReferenceOverShapesHeadsAndDtypes) {
 // Under compute-sanitizer (scripts/gpu_validate.sh sets TT_SANITIZER_SHAPES=1) 4096 positions become 1040:
 // the same two-row-fragment path (>= 1024 positions) and a masked tail, at a quarter of the tiles.
 TEST(FlashAttentionGpu, MatchesReferenceOnLongSequences) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(1);
   const char* sanitizer = std::getenv("TT_SANITIZER_SHAPES");
   const int64_t longest = sanitizer != nullptr && std::string(sanitizer) == "1" ? 1040 : 4096;
@@ -159,7 +156,7 @@ TEST(FlashAttentionGpu, MatchesReferenceOnLongSequences) {
 }
 
 TEST(FlashAttentionGpu, AcceptsViewsOfFusedQkvAndOtherLayouts) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(2);
   for (const auto dtype : kDtypes) {
     const int64_t batch = 2, seq = 77, q_heads = 8, kv_heads = 2, head_dim = 64;
@@ -185,7 +182,7 @@ TEST(FlashAttentionGpu, AcceptsViewsOfFusedQkvAndOtherLayouts) {
 }
 
 TEST(FlashAttentionGpu, IsBitwiseDeterministic) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(3);
   const char* names[] = {"output", "grad q", "grad k", "grad v"};
   for (const auto dtype : kDtypes) {
@@ -217,7 +214,7 @@ TEST(FlashAttentionGpu, IsBitwiseDeterministic) {
 // register kernels rotate tiles as they load them and rotate dQ and dK back; fp32 takes tt::ops::rope then the
 // shared-memory kernels. q and k are views of a fused QKV projection, as v4 passes them.
 TEST(FlashAttentionGpu, RopeInTheLoadMatchesRopeThenAttention) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(4);
   const std::vector<Config> configs = {{1, 8, 2, 1, 64},   {3, 8, 8, 17, 64},  {2, 8, 4, 129, 128},
                                        {1, 8, 1, 1000, 64}, {2, 16, 2, 300, 128}, {1, 4, 2, 33, 16}};
@@ -246,7 +243,7 @@ TEST(FlashAttentionGpu, RopeInTheLoadMatchesRopeThenAttention) {
 // The first-generation kernel stays selectable (kernel_bench measures the step between the two): it must
 // still be right.
 TEST(FlashAttentionGpu, SharedMemoryTilesStillMatchTheReference) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(5);
   const Attention tiled = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
     return tt::ops::flash_attention(q, k, v, tt::ops::FlashAttentionKernel::kSharedMemoryTiles);
@@ -257,7 +254,7 @@ TEST(FlashAttentionGpu, SharedMemoryTilesStillMatchTheReference) {
 }
 
 TEST(FlashAttentionGpu, EmptyBatch) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   auto q = leaf(torch::randn({0, 8, 16, 64}, gpu()));
   auto k = leaf(torch::randn({0, 2, 16, 64}, gpu()));
   auto v = leaf(torch::randn({0, 2, 16, 64}, gpu()));
@@ -270,7 +267,7 @@ TEST(FlashAttentionGpu, EmptyBatch) {
 }
 
 TEST(FlashAttentionGpu, RejectsBadInputs) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   auto q = torch::randn({1, 8, 5, 64}, gpu());
   auto kv = torch::randn({1, 2, 5, 64}, gpu());
   expect_error([&] { tt::ops::flash_attention(q.to(torch::kFloat64), kv.to(torch::kFloat64), kv.to(torch::kFloat64)); },

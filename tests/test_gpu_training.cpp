@@ -3,7 +3,7 @@
 
 #include <sstream>
 
-#include "apps/report/results.h"
+#include "apps/report/run_result.h"
 #include "apps/train/trainer.h"
 #include "tests/equivalence.h"
 #include "tests/helpers.h"
@@ -56,9 +56,8 @@ TEST(GpuTraining, GpuLossMatchesCpuLoss) {
 
 // v4 with its step run eagerly (--no-graph): the same kernels, launched one by one.
 StageSpec v4_ultra_eager() {
-  StageSpec spec = stages::v4_ultra();
+  StageSpec spec = testing::eager_step(stages::v4_ultra());
   spec.name = "v4_ultra_eager";
-  spec.step = StepKind::kEager;
   return spec;
 }
 

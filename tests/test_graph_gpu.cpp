@@ -6,7 +6,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "apps/report/results.h"
+#include "apps/report/run_result.h"
 #include "apps/report/training_run.h"
 #include "tests/helpers.h"
 
@@ -17,27 +17,15 @@ using testing::train_result;
 
 const torch::Device kGpu(torch::kCUDA, 0);
 
-RunConfig twenty_steps(Precision precision) {
-  RunConfig c = testing::smoke_config();
-  c.training.device = "cuda";
-  c.training.dtype = precision;
-  c.training.warmup_steps = 2;
-  c.training.num_steps = 18;
-  c.training.grad_clip = 1.0;  // the device-side clipping is part of the graph
-  return c;
-}
-
-StageSpec eager(StageSpec spec) {
-  spec.step = StepKind::kEager;
-  return spec;
-}
+// Clipping on: the device-side clipping is part of the graph.
+RunConfig twenty_steps(Precision precision) { return testing::gpu_smoke_config(precision, 2, 18); }
 
 TEST(GraphGpu, ReplaysGiveTheEagerLossesOverTwentySteps) {
   TT_REQUIRE_GPU();
   for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
     std::ostringstream log;
     const auto graphed = train_result(stages::v4_ultra(), twenty_steps(precision), kGpu, log);
-    const auto eagerly = train_result(eager(stages::v4_ultra()), twenty_steps(precision), kGpu, log);
+    const auto eagerly = train_result(testing::eager_step(stages::v4_ultra()), twenty_steps(precision), kGpu, log);
     const auto& a = graphed["losses"];
     const auto& b = eagerly["losses"];
     ASSERT_EQ(a.size(), 20u);
@@ -90,7 +78,7 @@ TEST(GraphGpu, TooFewWarmupStepsForTheCaptureIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("training.warmup_steps\" = 1"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--no-graph"), std::string::npos) << e.what();
   }
-  EXPECT_NO_THROW(Trainer(eager(stages::v4_ultra()), c, kGpu));
+  EXPECT_NO_THROW(Trainer(testing::eager_step(stages::v4_ultra()), c, kGpu));
 }
 
 }  // namespace

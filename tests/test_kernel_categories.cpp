@@ -1,10 +1,10 @@
-// The kernel-name -> category rule (apps/report/kernel_categories.h) on names as Kineto records them on
+// The kernel-name -> category rule (apps/compare/kernel_categories.h) on names as Kineto records them on
 // NVIDIA and AMD, and a result's time breakdown from its profile.
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "apps/report/kernel_categories.h"
+#include "apps/compare/kernel_categories.h"
 
 namespace tt {
 namespace {

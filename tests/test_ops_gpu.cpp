@@ -36,7 +36,6 @@ using tt::testing::shape_name;
 using tt::testing::unit_roundoff;
 using tt::testing::dtype_name;
 
-#define SKIP_WITHOUT_GPU() TT_SKIP_WITHOUT_GPU_KERNELS()
 const std::vector<torch::ScalarType>& kDtypes = tt::testing::kKernelDtypes;
 
 // ---- RMSNorm ------------------------------------------------------------------------------------
@@ -77,7 +76,7 @@ void check_rms_norm(const torch::Tensor& x_in, torch::ScalarType dtype, const st
 }
 
 TEST(OpsGpu, RmsNormMatchesReferenceOverShapesAndDtypes) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(0);
   // Rows: one; a few; more than the backward's 1024 partial-sum blocks (several rows per block).
   // Hidden: 1, odd sizes (element-wise path), 512/1000/2048 (16-byte path), 4099 (several strides).
@@ -90,7 +89,7 @@ TEST(OpsGpu, RmsNormMatchesReferenceOverShapesAndDtypes) {
 }
 
 TEST(OpsGpu, RmsNormHandlesNonContiguousAndMisalignedInputs) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(1);
   for (const auto dtype : kDtypes) {
     auto transposed = torch::randn({512, 33}, gpu()).to(dtype).t();  // [33, 512], column-major
@@ -102,7 +101,7 @@ TEST(OpsGpu, RmsNormHandlesNonContiguousAndMisalignedInputs) {
 }
 
 TEST(OpsGpu, RmsNormWeightGradientIsBitwiseDeterministic) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(2);
   for (const auto dtype : kDtypes) {
     auto x_data = torch::randn({2000, 1000}, gpu()).to(dtype);
@@ -125,7 +124,7 @@ TEST(OpsGpu, RmsNormWeightGradientIsBitwiseDeterministic) {
 }
 
 TEST(OpsGpu, RmsNormEmptyBatch) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   auto x = leaf(torch::randn({0, 64}, gpu()));
   auto weight = leaf(torch::randn({64}, gpu()));
   auto y = tt::ops::rms_norm(x, weight, kEps);
@@ -185,7 +184,7 @@ void check_add_rms_norm(const std::vector<int64_t>& shape, torch::ScalarType res
 }
 
 TEST(OpsGpu, AddRmsNormMatchesAddThenNormOverShapesAndDtypePairs) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(21);
   const std::vector<std::pair<torch::ScalarType, torch::ScalarType>> pairs = {
       {torch::kFloat32, torch::kFloat32}, {torch::kBFloat16, torch::kBFloat16}, {torch::kFloat16, torch::kFloat16},
@@ -197,7 +196,7 @@ TEST(OpsGpu, AddRmsNormMatchesAddThenNormOverShapesAndDtypePairs) {
 }
 
 TEST(OpsGpu, AddRmsNormBackwardIsBitwiseDeterministic) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(22);
   auto residual = torch::randn({2000, 1000}, gpu());
   auto delta = torch::randn({2000, 1000}, gpu()).to(torch::kBFloat16);
@@ -215,7 +214,7 @@ TEST(OpsGpu, AddRmsNormBackwardIsBitwiseDeterministic) {
 }
 
 TEST(OpsGpu, RmsNormRejectsBadInputs) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   auto x = torch::randn({4, 8}, gpu());
   expect_error([&] { tt::ops::rms_norm(x.to(torch::kFloat64), torch::ones({8}, gpu()), kEps); },
                "the GPU kernel supports x of dtype Float, BFloat16 or Half, got Double");
@@ -266,7 +265,7 @@ void check_rope(const RopeInputs& in, torch::ScalarType dtype, const std::string
 }
 
 TEST(OpsGpu, RopeMatchesReferenceOverShapesHeadsAndDtypes) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(3);
   const std::vector<std::pair<int64_t, int64_t>> head_configs = {{8, 8}, {8, 4}, {8, 1}};
   for (const auto dtype : kDtypes) {
@@ -288,7 +287,7 @@ TEST(OpsGpu, RopeMatchesReferenceOverShapesHeadsAndDtypes) {
 }
 
 TEST(OpsGpu, RopeHandlesStridedViews) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(4);
   for (const auto dtype : kDtypes) {
     const int64_t batch = 2, seq = 33, q_heads = 8, kv_heads = 2, head_dim = 32;
@@ -353,7 +352,7 @@ void check_rope_qkv(const torch::Tensor& qkv_in, int64_t q_heads, int64_t kv_hea
 }
 
 TEST(OpsGpu, RopeQkvMatchesSplitThenRopeOverShapesAndDtypes) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(5);
   for (const auto dtype : kDtypes) {
     for (const int64_t seq : {1, 17, 129}) {
@@ -375,7 +374,7 @@ TEST(OpsGpu, RopeQkvMatchesSplitThenRopeOverShapesAndDtypes) {
 }
 
 TEST(OpsGpu, RopeRejectsBadInputs) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   auto [cos, sin] = tt::reference::rope_tables(5, 8, 10000.0, 0, torch::kCUDA);
   auto q = torch::randn({1, 5, 4, 8}, gpu());
   auto k = torch::randn({1, 5, 2, 8}, gpu());
@@ -420,7 +419,7 @@ void check_swiglu(const torch::Tensor& gate_up_in, torch::ScalarType dtype, cons
 }
 
 TEST(OpsGpu, SwigluMatchesReferenceOverShapesAndDtypes) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(5);
   const std::vector<std::vector<int64_t>> shapes = {{1, 2},    {1, 14},      {3, 258},       {8, 16, 4096},
                                                     {5, 8198}, {1000, 2000}, {2, 7, 2 * 129}};
@@ -431,7 +430,7 @@ TEST(OpsGpu, SwigluMatchesReferenceOverShapesAndDtypes) {
 }
 
 TEST(OpsGpu, SwigluHandlesNonContiguousAndMisalignedInputs) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(6);
   for (const auto dtype : kDtypes) {
     check_swiglu(torch::randn({2048, 64}, gpu()).to(dtype).t(), dtype, "transposed");
@@ -442,7 +441,7 @@ TEST(OpsGpu, SwigluHandlesNonContiguousAndMisalignedInputs) {
 
 // The debugging exercise's strided path: the same function on any layout, read in place.
 TEST(OpsGpu, SwigluStridedMatchesReferenceOnEveryLayout) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(16);
   for (const auto dtype : kDtypes) {
     const auto op = tt::ops::swiglu_strided;
@@ -486,7 +485,7 @@ void check_naive_swiglu(int64_t rows, int64_t hidden, int64_t ffn, torch::Scalar
 }
 
 TEST(OpsGpu, NaiveSwigluMatchesReferenceOverShapesAndDtypes) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(17);
   for (const auto dtype : kDtypes)
     for (const auto& [rows, hidden, ffn] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
@@ -495,7 +494,7 @@ TEST(OpsGpu, NaiveSwigluMatchesReferenceOverShapesAndDtypes) {
 }
 
 TEST(OpsGpu, NaiveSwigluTakesAnFp32MasterWeightUnderBf16Input) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(18);
   auto x = torch::randn({2, 3, 16}, gpu(torch::kBFloat16)).requires_grad_(true);
   auto w = torch::randn({2 * 8, 16}, gpu()).requires_grad_(true);
@@ -510,7 +509,7 @@ TEST(OpsGpu, NaiveSwigluTakesAnFp32MasterWeightUnderBf16Input) {
 }
 
 TEST(OpsGpu, SwigluRejectsBadInputs) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   expect_error(
       [] {
         tt::ops::swiglu(torch::randn({4, 8}, gpu(torch::kFloat64)));
@@ -557,7 +556,7 @@ void check_cross_entropy(const torch::Tensor& logits_in, const torch::Tensor& la
 }
 
 TEST(OpsGpu, CrossEntropyMatchesReferenceOverVocabsAndDtypes) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(7);
   for (const auto dtype : kDtypes) {
     for (const int64_t vocab : {1, 17, 1000, 32000, 50257}) {
@@ -573,7 +572,7 @@ TEST(OpsGpu, CrossEntropyMatchesReferenceOverVocabsAndDtypes) {
 }
 
 TEST(OpsGpu, CrossEntropyHandlesNonContiguousAndMisalignedInputs) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(8);
   for (const auto dtype : kDtypes) {
     auto labels = make_labels(48, 1000, true);
@@ -619,7 +618,7 @@ void check_linear_cross_entropy(int64_t rows, int64_t vocab, int64_t hidden_dim,
 }
 
 TEST(OpsGpu, LinearCrossEntropyMatchesHeadThenLossOverChunkings) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(9);
   for (const auto dtype : kDtypes) {
     // One chunk, a ragged last chunk, one row per chunk, chunks larger than the batch.
@@ -632,7 +631,7 @@ TEST(OpsGpu, LinearCrossEntropyMatchesHeadThenLossOverChunkings) {
 }
 
 TEST(OpsGpu, CrossEntropyExtremeLogits) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(9);
   for (const auto dtype : kDtypes) {
     // Large magnitudes (overflow exp without max subtraction) and a masked (-inf) column that is not a label.
@@ -645,7 +644,7 @@ TEST(OpsGpu, CrossEntropyExtremeLogits) {
 
 // Matches LibTorch: the mean over zero rows is NaN, and the gradient is zero.
 TEST(OpsGpu, CrossEntropyAllRowsIgnoredGivesNanLossAndZeroGradient) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   for (const auto dtype : kDtypes) {
     auto logits = leaf(torch::randn({8, 1000}, gpu()).to(dtype));
     auto labels = torch::full({8}, kIgnoreIndex, gpu(torch::kInt64));
@@ -659,7 +658,7 @@ TEST(OpsGpu, CrossEntropyAllRowsIgnoredGivesNanLossAndZeroGradient) {
 // The GPU path cannot check labels without a host synchronisation; an out-of-range label must at least
 // poison the loss rather than read out of bounds silently.
 TEST(OpsGpu, CrossEntropyOutOfRangeLabelGivesNanLoss) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   auto logits = torch::randn({4, 10}, gpu());
   for (const int64_t bad : {10, -1}) {
     auto labels = torch::tensor(std::vector<int64_t>{1, bad, 2, 3}).to(torch::kCUDA);
@@ -669,7 +668,7 @@ TEST(OpsGpu, CrossEntropyOutOfRangeLabelGivesNanLoss) {
 }
 
 TEST(OpsGpu, CrossEntropyLossIsBitwiseDeterministic) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   torch::manual_seed(10);
   auto logits = torch::randn({4096, 1000}, gpu()).to(torch::kBFloat16);
   auto labels = make_labels(4096, 1000, true);
@@ -679,7 +678,7 @@ TEST(OpsGpu, CrossEntropyLossIsBitwiseDeterministic) {
 }
 
 TEST(OpsGpu, CrossEntropyRejectsBadInputs) {
-  SKIP_WITHOUT_GPU();
+  TT_REQUIRE_GPU();
   auto logits = torch::randn({4, 10}, gpu());
   auto labels = torch::tensor({1, 2, 3, 4}, gpu(torch::kInt64));
   expect_error([&] { tt::ops::cross_entropy(logits, labels.cpu(), kIgnoreIndex); },

@@ -23,21 +23,7 @@ std::vector<std::vector<int64_t>> many_odd_shapes() {
 
 TEST(AdamWGpu, MatchesTorchAdamWOverManySteps) {
   TT_REQUIRE_GPU();
-  for (double weight_decay : {0.0, 0.1}) {
-    for (double clip : {0.0, 1.0}) {
-      ops::AdamWHyperparameters h;
-      h.lr = 1e-2;
-      h.weight_decay = weight_decay;
-      h.max_grad_norm = clip;
-      const auto r = compare_with_torch_adamw(many_odd_shapes(), h, 40, kGpu);
-      EXPECT_LT(r.max_param_rel, 1e-5) << "weight_decay " << weight_decay << ", clip " << clip;
-      EXPECT_LT(r.max_moment_rel, 1e-5) << "weight_decay " << weight_decay << ", clip " << clip;
-      EXPECT_EQ(r.state[ops::kAdamWStep].item<float>(), 40.0f);
-      if (clip > 0) {
-        EXPECT_LT(r.state[ops::kAdamWClipScale].item<float>(), 1.0f) << "clipping never engaged";
-      }
-    }
-  }
+  testing::expect_matches_torch_adamw(many_odd_shapes(), 40, kGpu);
 }
 
 // The prepare kernel evaluates the schedule from the device's step counter: the same steps as LibTorch's
@@ -61,22 +47,9 @@ TEST(AdamWGpu, FollowsTheLearningRateScheduleOnTheDevice) {
 
 TEST(AdamWGpu, CopiesAreTheRoundedMastersAndCopyGradientsJoin) {
   TT_REQUIRE_GPU();
-  auto opts = torch::TensorOptions().device(kGpu);
-  const int64_t n = 40000;
-  auto master_a = torch::randn({n}, opts), master_b = master_a.clone();
-  auto grad = torch::randn({n}, opts), copy_grad = torch::randn({n}, opts).to(torch::kBFloat16);
-  auto m_a = torch::zeros({n}, opts), v_a = torch::zeros({n}, opts), m_b = torch::zeros({n}, opts),
-       v_b = torch::zeros({n}, opts);
-  auto copy = master_a.to(torch::kBFloat16);
-  auto state_a = ops::adamw_state(kGpu), state_b = ops::adamw_state(kGpu);
   ops::AdamWHyperparameters h;
   h.max_grad_norm = 0.5;
-  for (int s = 0; s < 5; ++s) {
-    ops::adamw_step({{master_a, grad, copy, copy_grad, m_a, v_a}}, state_a, h);
-    ops::adamw_step({{master_b, grad + copy_grad.to(torch::kFloat32), {}, {}, m_b, v_b}}, state_b, h);
-  }
-  EXPECT_TRUE(torch::equal(master_a, master_b));
-  EXPECT_TRUE(torch::equal(copy, master_a.to(torch::kBFloat16)));
+  testing::expect_copy_gradients_join_and_copies_are_rounded_masters(40000, 5, h, kGpu);
 }
 
 TEST(AdamWGpu, IsBitwiseDeterministic) {

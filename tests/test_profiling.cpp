@@ -11,7 +11,7 @@
 
 #include "apps/cli/stage_cli.h"
 #include "apps/report/profiling.h"
-#include "apps/report/results.h"
+#include "apps/report/run_result.h"
 #include "apps/report/training_run.h"
 #include "apps/train/trainer.h"
 #include "tests/helpers.h"

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "apps/report/profiling.h"
-#include "apps/report/results.h"
+#include "apps/report/run_result.h"
 #include "apps/report/training_run.h"
 #include "apps/train/trainer.h"
 #include "tests/helpers.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <sstream>
 
-#include "apps/report/results.h"
+#include "apps/report/run_result.h"
 #include "apps/report/training_run.h"
 #include "apps/train/energy.h"
 #include "tests/helpers.h"
@@ -27,7 +27,7 @@ RunConfig gpu_smoke() {
 }
 
 TEST(TeachingGpu, MissingInitMakesTheInitialLossExplode) {
-  TT_SKIP_WITHOUT_GPU_KERNELS();
+  TT_REQUIRE_GPU();
   RunConfig c = testing::wide_smoke_config();
   c.training.device = "cuda";
   const double ln_vocab = std::log(static_cast<double>(c.model.vocab_size));
@@ -37,13 +37,13 @@ TEST(TeachingGpu, MissingInitMakesTheInitialLossExplode) {
 // The strided and the naive kernels inside the model: v3's loss and gradients (fp32, within the equivalence
 // harness's 1e-4: the transposed GEMM and the naive kernels sum in another order than v3's cuBLAS GEMM).
 TEST(TeachingGpu, NonContiguousAndNaiveSwigluStagesComputeV3sLossAndGradients) {
-  TT_SKIP_WITHOUT_GPU_KERNELS();
+  TT_REQUIRE_GPU();
   testing::expect_same_as_v3(Pitfall::kNonContiguous, torch::kCUDA, 1e-4);
   testing::expect_same_as_v3(Pitfall::kNaiveSwiglu, torch::kCUDA, 1e-4);
 }
 
 TEST(TeachingGpu, EveryPitfallTrainsAndRecordsItsResult) {
-  TT_SKIP_WITHOUT_GPU_KERNELS();
+  TT_REQUIRE_GPU();
   RunConfig c = gpu_smoke();
   c.training.num_steps = 4;
   for (const auto& entry : stages::pitfalls()) {
@@ -66,7 +66,7 @@ TEST(TeachingGpu, EveryPitfallTrainsAndRecordsItsResult) {
 // the run, and they change nothing the run records or saves: the losses are the counted steps', and the
 // end-of-run checkpoint hook sees the optimizer at the last counted step.
 TEST(TeachingGpu, ShortWindowGetsItsEnergyFromExtraStepsThatChangeNothingRecorded) {
-  TT_SKIP_WITHOUT_GPU_KERNELS();
+  TT_REQUIRE_GPU();
   if (!EnergyMeter(torch::kCUDA).available()) GTEST_SKIP() << "no NVML energy counter on this GPU";
   RunConfig c = gpu_smoke();
   c.training.num_steps = 1;
@@ -94,7 +94,7 @@ TEST(TeachingGpu, ShortWindowGetsItsEnergyFromExtraStepsThatChangeNothingRecorde
 // On an NVIDIA build a missing NVML fails the test (it would otherwise pass through the note branch),
 // unless TT_ALLOW_NO_NVML=1 says the machine has none.
 TEST(TeachingGpu, EnergyIsMeasuredWhereTheCounterExists) {
-  TT_SKIP_WITHOUT_GPU_KERNELS();
+  TT_REQUIRE_GPU();
   const bool available = EnergyMeter(torch::kCUDA).available();
 #if defined(TT_BACKEND_CUDA)
   const char* allow = std::getenv("TT_ALLOW_NO_NVML");

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "apps/cli/stage_cli.h"
-#include "apps/report/results.h"
+#include "apps/report/run_result.h"
 #include "apps/report/training_run.h"
 #include "apps/train/checkpointing.h"
 #include "kernels/ops/adamw.h"
@@ -20,6 +20,8 @@
 namespace tt {
 namespace {
 
+using testing::fresh_dir;
+using testing::run_stage;
 using testing::smoke_config;
 
 // v3 as shipped and v4 on the CPU (its step runs eagerly there): every stage's components.
@@ -34,12 +36,6 @@ std::string config_error(const RunConfig& c) {
     return e.what();
   }
   return "";
-}
-
-std::filesystem::path fresh_dir(const std::string& name) {
-  const auto dir = std::filesystem::path(::testing::TempDir()) / name;
-  testing::remove_tree(dir);
-  return dir;
 }
 
 // The smoke config with a decaying schedule over warmup + num steps: a 2-step ramp, then down to 1e-4.
@@ -421,17 +417,8 @@ TEST(TrainerCommandLine, BadFlagsNameTheFlagAndWhatIsAllowed) {
   EXPECT_EQ(parsed.config.training.grad_accum_steps, 3);
 }
 
-// Runs a stage executable's main in this process; returns its exit code.
-int run_stage(const StageSpec& spec, std::vector<std::string> args) {
-  args.insert(args.begin(), spec.name);
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  return stage_main(static_cast<int>(argv.size()), argv.data(), spec);
-}
-
 TEST(TrainerCommandLine, AForeignOrMismatchedResumeExitsWithTwoAndWritesNothing) {
   const auto dir = fresh_dir("tt_resume_cli");
-  std::filesystem::create_directories(dir);
   const std::string config = std::string(TT_SOURCE_DIR) + "/configs/smoke.json";
   const std::string output = (dir / "result.json").string();
   const std::string foreign = (dir / "foreign.pt").string();
@@ -445,9 +432,8 @@ TEST(TrainerCommandLine, AForeignOrMismatchedResumeExitsWithTwoAndWritesNothing)
   };
   // Each refusal for its own reason: the exit code alone would pass for any early usage error.
   auto expect_refused = [&](const std::vector<std::string>& args, const std::string& reason) {
-    ::testing::internal::CaptureStderr();
-    EXPECT_EQ(run_stage(stages::v1_baseline(), args), 2) << reason;
-    const std::string err = ::testing::internal::GetCapturedStderr();
+    const auto [code, err] = run_stage(stages::v1_baseline(), args);
+    EXPECT_EQ(code, 2) << reason;
     EXPECT_NE(err.find(reason), std::string::npos) << err;
   };
   expect_refused(with({"--resume", foreign}), "--resume: '" + foreign + "' is not a readable checkpoint");
@@ -463,7 +449,7 @@ TEST(TrainerCommandLine, AForeignOrMismatchedResumeExitsWithTwoAndWritesNothing)
   EXPECT_FALSE(std::filesystem::exists(dir / "ck"));
   // The control: the same common flags alone run.
   ::testing::internal::CaptureStdout();
-  EXPECT_EQ(run_stage(stages::v1_baseline(), with({"--num-steps", "1", "--warmup-steps", "0"})), 0);
+  EXPECT_EQ(run_stage(stages::v1_baseline(), with({"--num-steps", "1", "--warmup-steps", "0"})).code, 0);
   ::testing::internal::GetCapturedStdout();
   EXPECT_TRUE(std::filesystem::exists(output));
 }
@@ -472,7 +458,6 @@ TEST(TrainerCommandLine, AForeignOrMismatchedResumeExitsWithTwoAndWritesNothing)
 // loaded model's on that batch (computed in-process), not a fresh model's.
 TEST(TrainerCommandLine, LoadCheckpointStartsFromItsWeights) {
   const auto dir = fresh_dir("tt_load_cli");
-  std::filesystem::create_directories(dir);
   RunConfig c = smoke_config();
   c.training.num_steps = 1;
   c.training.warmup_steps = 0;
@@ -491,11 +476,11 @@ TEST(TrainerCommandLine, LoadCheckpointStartsFromItsWeights) {
 
   const std::string output = (dir / "r.json").string();
   ::testing::internal::CaptureStdout();
-  ASSERT_EQ(run_stage(stages::v1_baseline(), {"--config", std::string(TT_SOURCE_DIR) + "/configs/smoke.json",
-                                              "--device", "cpu", "--num-steps", "1", "--warmup-steps", "0",
-                                              "--load-checkpoint", checkpoint, "--output", output}),
-            0);
+  const auto [code, err] = run_stage(stages::v1_baseline(), {"--config", std::string(TT_SOURCE_DIR) + "/configs/smoke.json",
+                                                              "--device", "cpu", "--num-steps", "1", "--warmup-steps",
+                                                              "0", "--load-checkpoint", checkpoint, "--output", output});
   ::testing::internal::GetCapturedStdout();
+  ASSERT_EQ(code, 0) << err;
   std::ifstream in(output);
   EXPECT_EQ(nlohmann::json::parse(in)["losses"][0].get<double>(), expected);
 }
@@ -511,17 +496,15 @@ TEST(TrainerCommandLine, ACheckpointFolderOfAnotherRunIsRefused) {
   const std::vector<std::string> args = {"--config", std::string(TT_SOURCE_DIR) + "/configs/smoke.json", "--device",
                                          "cpu", "--num-steps", "1", "--warmup-steps", "0", "--output", output,
                                          "--checkpoint-dir", (dir / "ck").string()};
-  ::testing::internal::CaptureStderr();
-  EXPECT_EQ(run_stage(stages::v1_baseline(), args), 2);
-  const std::string err = ::testing::internal::GetCapturedStderr();
+  const auto [code, err] = run_stage(stages::v1_baseline(), args);
+  EXPECT_EQ(code, 2);
   EXPECT_NE(err.find("already holds 1 checkpoint(s) (step_000003.pt)"), std::string::npos) << err;
   EXPECT_FALSE(std::filesystem::exists(output));
   auto overwriting = args;
   overwriting.push_back("--overwrite");
-  ::testing::internal::CaptureStderr();
-  EXPECT_EQ(run_stage(stages::v1_baseline(), overwriting), 2);
-  const std::string again = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(again.find("--overwrite does not apply to checkpoint folders"), std::string::npos) << again;
+  const auto refused = run_stage(stages::v1_baseline(), overwriting);
+  EXPECT_EQ(refused.code, 2);
+  EXPECT_NE(refused.err.find("--overwrite does not apply to checkpoint folders"), std::string::npos) << refused.err;
   EXPECT_FALSE(std::filesystem::exists(output));
   EXPECT_TRUE(std::filesystem::exists(dir / "ck" / "step_000003.pt"));
 }
@@ -538,9 +521,7 @@ TEST(TrainerCommandLine, UnwritableOutputsAreRefusedBeforeAnyStep) {
   auto run = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = {"--config", config, "--device", "cpu"};
     args.insert(args.end(), extra.begin(), extra.end());
-    ::testing::internal::CaptureStderr();
-    const int code = run_stage(stages::v1_baseline(), args);
-    return std::make_pair(code, ::testing::internal::GetCapturedStderr());
+    return run_stage(stages::v1_baseline(), args);
   };
   const std::string result = (dir / "r.json").string();
   for (const auto& [args, phrase] : std::vector<std::pair<std::vector<std::string>, std::string>>{

@@ -9,7 +9,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "apps/report/results.h"
+#include "apps/report/run_result.h"
 #include "apps/report/training_run.h"
 #include "apps/train/checkpointing.h"
 #include "tests/helpers.h"

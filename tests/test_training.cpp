@@ -4,8 +4,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "apps/report/flops.h"
-#include "apps/report/results.h"
+#include "apps/report/run_result.h"
+#include "apps/results/flops.h"
 #include "apps/train/trainer.h"
 #include "tests/helpers.h"
 

@@ -13,10 +13,10 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "apps/report/results.h"
 #include "apps/report/system_info.h"
+#include "apps/results/result_file.h"
+#include "apps/results/text.h"
 #include "apps/train/device.h"
-#include "apps/train/format.h"
 #include "kernels/ops/adamw.h"
 #include "kernels/ops/flash_attention.h"
 #include "kernels/ops/rope.h"

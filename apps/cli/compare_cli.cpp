@@ -7,10 +7,13 @@
 
 #include <cxxopts.hpp>
 
-#include "apps/cli/command_line.h"
-#include "apps/report/compare.h"
-#include "apps/report/html_report.h"
-#include "apps/train/format.h"
+#include "apps/cli/flags.h"
+#include "apps/compare/compare.h"
+#include "apps/compare/compare_svg.h"
+#include "apps/compare/compare_text.h"
+#include "apps/compare/exercise.h"
+#include "apps/compare/html_report.h"
+#include "apps/results/text.h"
 
 namespace tt {
 
@@ -83,7 +86,8 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out, std::o
     assign_labels(all);
     assign_labels(compared);
   } catch (const std::exception& e) {
-    err << "compare: error: " << error_message(e) << std::endl;
+    // Nothing compare calls is LibTorch's (it links none), so what() has no C++ backtrace to strip.
+    err << "compare: error: " << e.what() << std::endl;
     return 2;
   }
 
@@ -101,7 +105,7 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out, std::o
   for (const auto& d : find_notes(all)) err << "compare: note: " << d.describe() << "\n";
 
   const Comparison comparison = build_comparison(all, baseline_path.empty() ? std::nullopt : std::optional<size_t>(0));
-  out << format_table(comparison) << format_lessons(comparison) << format_time_breakdown(comparison);
+  out << format_table(comparison) << format_exercise(comparison) << format_time_breakdown(comparison);
 
   const fs::path dir = parsed.count("output-dir") ? fs::path(parsed["output-dir"].as<std::string>())
                                                   : fs::path(files.front()).parent_path();
@@ -117,7 +121,7 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out, std::o
       if (!file) throw std::runtime_error("cannot write '" + path.string() + "'");
     }
   } catch (const std::exception& e) {
-    err << "compare: error: " << error_message(e) << std::endl;
+    err << "compare: error: " << e.what() << std::endl;
     return 2;
   }
   const std::string prefix = (dir.empty() ? std::string() : dir.string() + "/") + "comparison";

@@ -1,4 +1,4 @@
-// Command line of the compare tool (apps/report/compare.h holds its logic).
+// Command line of the compare tool (apps/compare/compare.h holds its logic).
 #pragma once
 
 #include <iosfwd>

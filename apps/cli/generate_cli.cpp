@@ -11,8 +11,8 @@
 #include <cxxopts.hpp>
 
 #include "apps/cli/command_line.h"
+#include "apps/results/text.h"
 #include "apps/train/device.h"
-#include "apps/train/format.h"
 #include "apps/train/generation.h"
 #include "models/checkpoint.h"
 #include "models/stage.h"

@@ -8,11 +8,11 @@
 #include <ostream>
 
 #include "apps/cli/command_line.h"
-#include "apps/report/flops.h"
-#include "apps/report/results.h"
 #include "apps/report/roofline.h"
+#include "apps/results/flops.h"
+#include "apps/results/result_file.h"
+#include "apps/results/text.h"
 #include "apps/train/device.h"
-#include "apps/train/format.h"
 
 namespace tt {
 

@@ -14,7 +14,7 @@
 #include "apps/cli/command_line.h"
 #include "apps/report/evaluation_report.h"
 #include "apps/report/profiling.h"
-#include "apps/report/results.h"
+#include "apps/report/run_result.h"
 #include "apps/report/system_info.h"
 #include "apps/report/training_run.h"
 #include "apps/train/checkpointing.h"

@@ -3,16 +3,14 @@
 #include <ostream>
 #include <stdexcept>
 
-#include "apps/report/json_check.h"
 #include "apps/report/system_info.h"
+#include "apps/results/text.h"
 #include "apps/train/device.h"
-#include "apps/train/format.h"
 #include "models/checkpoint.h"
 
 namespace tt {
 namespace {
 
-constexpr int kEvalResultSchemaVersion = 1;
 constexpr const char* kDefinition =
     "sum of -log softmax(logits)[next byte] over every predicted token / number of predicted tokens; "
     "consecutive non-overlapping windows of seq_len + 1 bytes from the start of the file, the trailing "
@@ -32,23 +30,6 @@ nlohmann::json to_json(const EvalResult& r, const EvalData& data, int64_t seq_le
 
 nlohmann::json curve_point(int64_t step, const EvalResult& r) {
   return {{"step", step}, {"loss", r.loss}, {"perplexity", r.perplexity}};
-}
-
-void validate_evaluation_json(const nlohmann::json& e) {
-  if (!e.is_object()) throw std::runtime_error("result JSON: field \"evaluation\" must be an object, got " + e.dump());
-  for (const char* key : {"data", "dtype", "definition"}) expect_field(e, key, JsonKind::kString, "result JSON", "evaluation");
-  for (const char* key : {"bytes", "seq_len", "batch_size", "windows", "tokens", "dropped_bytes"})
-    expect_field(e, key, JsonKind::kInteger, "result JSON", "evaluation");
-  // A diverged model's loss is inf or NaN, which JSON writes as null.
-  for (const char* key : {"loss", "perplexity"}) expect_field(e, key, JsonKind::kNumberOrNull, "result JSON", "evaluation");
-  if (!e.contains("curve")) return;
-  expect_field(e, "curve", JsonKind::kArray, "result JSON", "evaluation");
-  for (size_t i = 0; i < e["curve"].size(); ++i) {
-    const std::string parent = "evaluation.curve[" + std::to_string(i) + "]";
-    expect_field(e["curve"][i], "step", JsonKind::kInteger, "result JSON", parent);
-    expect_field(e["curve"][i], "loss", JsonKind::kNumberOrNull, "result JSON", parent);
-    expect_field(e["curve"][i], "perplexity", JsonKind::kNumberOrNull, "result JSON", parent);
-  }
 }
 
 nlohmann::json evaluate_checkpoint(const StageSpec& spec, const RunConfig& config, const std::string& checkpoint,
@@ -82,24 +63,6 @@ nlohmann::json evaluate_checkpoint(const StageSpec& spec, const RunConfig& confi
           {"checkpoint", {{"path", checkpoint}, {"stage", ck.stage}, {"step", ck.step}}},
           {"system", to_json(collect_system_info(device))},
           {"evaluation", to_json(r, data, t.seq_len, t.batch_size, t.dtype)}};
-}
-
-void validate_eval_result_json(const nlohmann::json& r) {
-  const std::string what = "eval result JSON";
-  expect_field(r, "schema_version", JsonKind::kInteger, what);
-  if (r["schema_version"] != kEvalResultSchemaVersion)
-    throw std::runtime_error(what + ": schema_version " + r["schema_version"].dump() + " is not supported (expected " +
-                             std::to_string(kEvalResultSchemaVersion) + ")");
-  expect_field(r, "kind", JsonKind::kString, what);
-  if (r["kind"] != "evaluation")
-    throw std::runtime_error(what + ": field \"kind\" is " + r["kind"].dump() + ", expected \"evaluation\"");
-  for (const char* key : {"stage", "config", "checkpoint", "system"}) expect_field(r, key, JsonKind::kObject, what);
-  for (const char* path : {"stage.name", "checkpoint.path", "checkpoint.stage"}) expect_field(r, path, JsonKind::kString, what);
-  expect_field(r, "checkpoint.step", JsonKind::kInteger, what);
-  for (const char* key : {"device", "device_name", "libtorch_version", "git_commit", "timestamp"})
-    expect_field(r, std::string("system.") + key, JsonKind::kString, what);
-  if (!r.contains("evaluation")) throw std::runtime_error(what + ": field \"evaluation\" is missing");
-  validate_evaluation_json(r["evaluation"]);
 }
 
 }  // namespace tt

@@ -13,8 +13,8 @@
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/profiler/stubs/base.h>
 
+#include "apps/results/text.h"
 #include "apps/train/device.h"
-#include "apps/train/format.h"
 
 namespace tt {
 namespace {

@@ -7,8 +7,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "apps/report/flops.h"
-#include "apps/train/format.h"
+#include "apps/results/flops.h"
+#include "apps/results/text.h"
 
 namespace tt::roofline {
 namespace {

@@ -1,5 +1,5 @@
 // The roofline report: for the kernels of a profiled step, arithmetic intensity (FLOPs per DRAM byte) and
-// achieved FLOP/s against the GPU's compute roofs (the peak table MFU uses, apps/report/flops.h) and its
+// achieved FLOP/s against the GPU's compute roofs (the peak table MFU uses, apps/results/flops.h) and its
 // memory roof (measured bandwidth), as a table and an SVG chart. The counters come from Nsight Compute
 // (scripts/profile_roofline.sh writes them with `ncu --csv --page raw --print-units base`).
 #pragma once

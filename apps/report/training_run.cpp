@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "apps/report/evaluation_report.h"
-#include "apps/report/results.h"
+#include "apps/report/run_result.h"
 #include "apps/report/system_info.h"
 #include "apps/train/data.h"
-#include "apps/train/format.h"
+#include "apps/results/text.h"
 #include "apps/train/loop.h"
 
 namespace tt {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <ostream>
 
-#include "apps/train/format.h"
+#include "apps/results/text.h"
 
 namespace tt {
 

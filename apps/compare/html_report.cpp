@@ -1,4 +1,4 @@
-#include "apps/report/html_report.h"
+#include "apps/compare/html_report.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -6,8 +6,11 @@
 #include <optional>
 #include <sstream>
 
-#include "apps/report/results.h"
-#include "apps/train/format.h"
+#include "apps/compare/compare_svg.h"
+#include "apps/compare/compare_text.h"
+#include "apps/compare/exercise.h"
+#include "apps/results/result_file.h"
+#include "apps/results/text.h"
 
 namespace tt::compare {
 namespace {
@@ -127,7 +130,7 @@ std::string time_breakdown_section(const Comparison& c) {
   }
   out +=
       "</table>\n<p class=\"note\">ms per step. GPU busy: the profiled GPU activity per step (kernels, copies, "
-      "fills) from --profile, split by the kernel's name (apps/report/kernel_categories.cpp); host gap: the median "
+      "fills) from --profile, split by the kernel's name (apps/compare/kernel_categories.cpp); host gap: the median "
       "step time minus GPU busy, the time the GPU waited for the host.</p>\n";
   for (const auto& r : c.rows) {
     if (!r.breakdown || r.breakdown->other_kernels.empty()) continue;
@@ -170,7 +173,7 @@ std::string to_html(const Comparison& c, const std::vector<Result>& results, con
   }
   out += "</table>\n<p class=\"note\">reference: " + xml_escape(c.rows[c.reference].label) + ", " +
          xml_escape(c.reference_reason) + "</p>\n";
-  if (const std::string lessons = format_lessons(c); !lessons.empty())
+  if (const std::string lessons = format_exercise(c); !lessons.empty())
     out += "<h2>Debugging exercise</h2>\n<pre>" + xml_escape(lessons) + "</pre>\n";
   if (c.has_breakdown()) out += time_breakdown_section(c);
   out += "<h2>Chart</h2>\n" + to_svg(c, /*with_breakdown=*/false);

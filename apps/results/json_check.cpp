@@ -1,4 +1,4 @@
-#include "apps/report/json_check.h"
+#include "apps/results/json_check.h"
 
 #include <stdexcept>
 

@@ -1,4 +1,4 @@
-#include "apps/report/kernel_categories.h"
+#include "apps/compare/kernel_categories.h"
 
 #include <algorithm>
 #include <cctype>

@@ -1,4 +1,4 @@
-#include "apps/report/flops.h"
+#include "apps/results/flops.h"
 
 #include <vector>
 

@@ -1,25 +1,10 @@
-#include "apps/report/results.h"
+#include "apps/report/run_result.h"
 
-#include <algorithm>
-#include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <stdexcept>
-
-#include "apps/report/evaluation_report.h"
-#include "apps/report/flops.h"
-#include "apps/report/json_check.h"
-#include "apps/train/format.h"
+#include "apps/results/flops.h"
+#include "apps/results/text.h"
 
 namespace tt {
 namespace {
-
-double percentile(const std::vector<double>& sorted, double q) {
-  const double pos = q * static_cast<double>(sorted.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, sorted.size() - 1);
-  return sorted[lo] + (pos - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
-}
 
 // A spread, or null for a phase the step runner could not time separately.
 nlohmann::json spread_or_null(const std::vector<double>& values) {
@@ -41,16 +26,6 @@ nlohmann::json stage_details(const Trainer& trainer) {
 }
 
 }  // namespace
-
-Spread spread(std::vector<double> values) {
-  if (values.empty()) throw std::runtime_error("spread of an empty sample");
-  std::sort(values.begin(), values.end());
-  return {percentile(values, 0.5), percentile(values, 0.1), percentile(values, 0.9), values.front(), values.back()};
-}
-
-nlohmann::json to_json(const Spread& s) {
-  return {{"median", s.median}, {"p10", s.p10}, {"p90", s.p90}, {"min", s.min}, {"max", s.max}};
-}
 
 nlohmann::json build_result(const Trainer& trainer, const RunRecord& record, const std::string& data,
                             const SystemInfo& system) {
@@ -162,107 +137,6 @@ void set_energy_fields(nlohmann::json& summary, const EnergyReading& energy, dou
       {"seconds", energy.seconds},
       {"extra_steps", energy.extra_steps},
       {"counter_refresh_ms", energy.refresh_s ? nlohmann::json(*energy.refresh_s * 1e3) : nlohmann::json(nullptr)}};
-}
-
-void validate_result_json(const nlohmann::json& r) {
-  if (r.is_object() && r.contains("kind") && r["kind"] == "evaluation")
-    throw std::runtime_error("result JSON: this is an evaluation result (--eval-only writes it: kind \"evaluation\"), "
-                             "not a training run's result");
-  if (r.is_object() && r.contains("summary") && r["summary"].is_null() && r.contains("summary_note"))
-    throw std::runtime_error("result JSON: this run has no measured steps (summary is null: " +
-                             r["summary_note"].dump() + ")");
-  expect_field(r, "schema_version", JsonKind::kInteger);
-  if (r["schema_version"] != kResultSchemaVersion)
-    throw std::runtime_error("result JSON: schema_version " + r["schema_version"].dump() + " is not supported (expected " +
-                             std::to_string(kResultSchemaVersion) + ")");
-  for (const char* p : {"stage.name", "config.name", "system.backend", "system.device", "system.device_name",
-                        "system.libtorch_version", "system.git_commit", "system.timestamp", "training.dtype"})
-    expect_field(r, p, JsonKind::kString);
-  for (const char* p : {"stage.components", "config.model", "config.training", "training", "system", "summary"})
-    expect_field(r, p, JsonKind::kObject);
-  for (const char* p : {"training.batch_size", "training.seq_len", "training.measured_steps", "training.warmup_steps",
-                        "training.tokens_per_step"})
-    expect_field(r, p, JsonKind::kInteger);
-  for (const char* stat : {"median", "p10", "p90"}) expect_field(r, std::string("summary.step_ms.") + stat, JsonKind::kNumber);
-  // A step runner that cannot time its phases separately (one replayed graph) writes null for them.
-  for (const char* phase : {"forward_ms", "backward_ms", "optimizer_ms"}) {
-    const std::string path = std::string("summary.") + phase;
-    if (r["summary"].contains(phase) && r["summary"][phase].is_null()) continue;
-    for (const char* stat : {"median", "p10", "p90"}) expect_field(r, path + "." + stat, JsonKind::kNumber);
-  }
-  for (const char* p : {"summary.samples_per_s", "summary.tokens_per_s", "summary.model_tflop_per_step",
-                        "summary.achieved_tflops", "summary.peak_allocated_mb", "summary.peak_reserved_mb"})
-    expect_field(r, p, JsonKind::kNumber);
-  // A diverged run's loss is NaN or inf, which JSON writes as null.
-  for (const char* p : {"summary.first_loss", "summary.final_loss"}) expect_field(r, p, JsonKind::kNumberOrNull);
-  expect_field(r, "summary.mfu", JsonKind::kNumberOrNull);
-  // Energy arrived after schema version 1's first files: older results lack it, which compare shows as "-".
-  for (const char* field : {"energy_j_per_step", "tokens_per_joule"})
-    if (r["summary"].contains(field)) expect_field(r, std::string("summary.") + field, JsonKind::kNumberOrNull);
-  expect_field(r, "summary.peak_tflops", JsonKind::kNumberOrNull);
-  expect_field(r, "losses", JsonKind::kArray);
-  expect_field(r, "step_ms", JsonKind::kArray);
-  for (const auto& v : r["losses"])
-    if (!v.is_number() && !v.is_null()) throw std::runtime_error("result JSON: \"losses\" holds a non-number: " + v.dump());
-  // The trainer's fields (schedule, rates, stop and resume) and the energy window arrived after schema version 1's
-  // first files: checked where present.
-  if (r.contains("lr")) {
-    expect_field(r, "lr", JsonKind::kArray);
-    if (r["lr"].size() != r["losses"].size())
-      throw std::runtime_error("result JSON: \"lr\" has " + std::to_string(r["lr"].size()) + " entries but \"losses\" has " +
-                               std::to_string(r["losses"].size()) + " (one rate per recorded step)");
-    for (const auto& v : r["lr"])
-      if (!v.is_number()) throw std::runtime_error("result JSON: \"lr\" holds a non-number: " + v.dump());
-  }
-  if (r["training"].contains("optimizer") && r["training"]["optimizer"].contains("lr_schedule"))
-    expect_field(r, "training.optimizer.lr_schedule.kind", JsonKind::kString);
-  if (r.contains("interrupted")) expect_field(r, "interrupted", JsonKind::kBool);
-  for (const char* p : {"first_step", "steps_done"})
-    if (r.contains(p)) expect_field(r, p, JsonKind::kInteger);
-  if (r["summary"].contains("energy_window") && !r["summary"]["energy_window"].is_null()) {
-    expect_field(r, "summary.energy_window.steps", JsonKind::kInteger);
-    expect_field(r, "summary.energy_window.seconds", JsonKind::kNumber);
-    expect_field(r, "summary.energy_window.extra_steps", JsonKind::kBool);
-  }
-  // The per-step figures describe one optimizer step, all its micro-batches: tokens per joule times joules per
-  // step is the step's tokens (an energy figure that counted one micro-batch would be grad_accum_steps too small).
-  const auto& summary = r["summary"];
-  if (summary.contains("tokens_per_joule") && summary["tokens_per_joule"].is_number() &&
-      summary.contains("energy_j_per_step") && summary["energy_j_per_step"].is_number()) {
-    const double tokens = r["training"]["tokens_per_step"].get<double>();
-    const double implied = summary["tokens_per_joule"].get<double>() * summary["energy_j_per_step"].get<double>();
-    if (std::abs(implied - tokens) > 1e-6 * tokens)
-      throw std::runtime_error("result JSON: summary.tokens_per_joule x summary.energy_j_per_step = " +
-                               strprintf("%.6g", implied) + " tokens, but training.tokens_per_step is " +
-                               strprintf("%.6g", tokens) + " (both must describe one optimizer step)");
-  }
-  if (r.contains("evaluation")) validate_evaluation_json(r["evaluation"]);
-}
-
-void write_json_atomically(const std::string& path, const nlohmann::json& value, bool overwrite) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  if (!overwrite && fs::exists(target))
-    throw std::runtime_error("output file '" + path + "' exists; pass --overwrite to replace it or choose another --output");
-  if (target.has_parent_path()) fs::create_directories(target.parent_path());
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw std::runtime_error("cannot write '" + tmp + "'");
-    out << value.dump(2) << "\n";
-    if (!out) throw std::runtime_error("writing '" + tmp + "' failed");
-  }
-  fs::rename(tmp, target);
-}
-
-nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open '" + path + "'");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw std::runtime_error("'" + path + "' is not valid JSON: " + e.what());
-  }
 }
 
 }  // namespace tt

@@ -1,16 +1,16 @@
-// The `compare` tool's logic: loads result JSONs, checks that they are comparable, builds the stage table
-// (speedup, memory, utilisation and loss against a reference result) and writes it as text, Markdown,
-// CSV and a dependency-free SVG chart. The command line is apps/cli/compare_cli.cpp.
+// The `compare` tool's logic: loads result JSONs (the format of apps/results/result_file.h), checks that they
+// are comparable and builds the stage table (speedup, memory, utilisation and loss against a reference result).
+// Its writers: compare_text.h (terminal, Markdown, CSV), compare_svg.h (the chart), exercise.h (the debugging
+// exercise's summary), html_report.h (report.html). The command line is apps/cli/compare_cli.cpp.
 #pragma once
 
-#include <iosfwd>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "apps/report/kernel_categories.h"
+#include "apps/compare/kernel_categories.h"
 
 namespace tt::compare {
 
@@ -82,32 +82,14 @@ struct Comparison {
   std::string memory_field = "peak_allocated_mb";
   // Whether any row has a GPU time breakdown (then the writers show "where the time goes").
   bool has_breakdown() const;
+  // The rows with a GPU time breakdown, in table order.
+  std::vector<const Row*> profiled_rows() const;
   std::vector<Difference> mismatches, notes;
 };
 
 // reference: index into results; by default the first v1_baseline result, else the first result of the
 // debugging exercise's v3 as shipped (--pitfall none), else the first result.
 Comparison build_comparison(const std::vector<Result>& results, std::optional<size_t> reference = std::nullopt);
-
-std::string format_table(const Comparison& comparison);  // terminal
-std::string to_markdown(const Comparison& comparison);
-std::string to_csv(const Comparison& comparison);
-// The chart; its last panel is where the time goes (time_breakdown_svg) unless with_breakdown is false.
-std::string to_svg(const Comparison& comparison, bool with_breakdown = true);
-// The table as every writer shows it: the column headers and each row's cells.
-const std::vector<std::string>& table_headers();
-std::vector<std::vector<std::string>> table_text(const Comparison& comparison);
-
-// The debugging exercise's summary (apps/report/exercise.h: format_exercise); empty when no result records a
-// pitfall.
-std::string format_lessons(const Comparison& comparison);
-
-// Where the time goes: for every row with a GPU profile, GPU ms per step by kernel category and the host
-// gap, as a text table (terminal and Markdown) and as the stacked bars of the SVG chart; the kernels the
-// category rule left in "other" are listed. Empty when no row has a GPU profile.
-std::string format_time_breakdown(const Comparison& comparison);
-std::string time_breakdown_markdown(const Comparison& comparison);
-std::string time_breakdown_svg(const Comparison& comparison);
 
 struct SlowerCheck {
   std::string label, path;
@@ -116,6 +98,5 @@ struct SlowerCheck {
   bool too_slow = false;  // slower_pct > the allowed percentage
 };
 std::vector<SlowerCheck> check_slower(const Result& baseline, const std::vector<Result>& results, double allowed_pct);
-
 
 }  // namespace tt::compare

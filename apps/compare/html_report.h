@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/report/compare.h"
+#include "apps/compare/compare.h"
 
 namespace tt::compare {
 

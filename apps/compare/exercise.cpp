@@ -1,4 +1,4 @@
-#include "apps/report/exercise.h"
+#include "apps/compare/exercise.h"
 
 #include <algorithm>
 #include <cctype>
@@ -6,8 +6,8 @@
 #include <map>
 #include <numeric>
 
-#include "apps/report/compare.h"
-#include "apps/train/format.h"
+#include "apps/compare/compare.h"
+#include "apps/results/text.h"
 
 namespace tt::compare {
 namespace {

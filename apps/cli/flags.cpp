@@ -1,0 +1,102 @@
+#include "apps/cli/flags.h"
+
+#include <climits>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <unistd.h>
+
+namespace tt {
+
+cxxopts::ParseResult parse_flags(cxxopts::Options& options, const std::vector<std::string>& args) {
+  std::vector<const char*> argv{options.program().c_str()};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  cxxopts::ParseResult r;
+  try {
+    r = options.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw ConfigError(std::string("command line: ") + e.what() + " (see --help)");
+  }
+  if (!r.unmatched().empty())
+    throw ConfigError("command line: unexpected argument '" + r.unmatched().front() + "' (see --help)");
+  // cxxopts keeps the last of a repeated flag: "--batch-size 4 ... --batch-size 8" would drop the 4 unsaid.
+  std::map<std::string, int> given;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.size() <= 2 || a.compare(0, 2, "--") != 0) continue;
+    const size_t equals = a.find('=');
+    const std::string name = a.substr(2, equals == std::string::npos ? std::string::npos : equals - 2);
+    if (++given[name] == 2) throw ConfigError("command line: --" + name + " is given more than once; give it once");
+    // An empty value is what a script's expansion that found nothing gives (--resume "$(ls ck/*.pt | tail -1)"
+    // in an empty folder); taken as "not given", it would silently start over or write nothing.
+    const bool empty_value = equals == std::string::npos ? i + 1 < args.size() && args[i + 1].empty() && r.count(name)
+                                                         : equals + 1 == a.size();
+    if (empty_value)
+      throw ConfigError("command line: --" + name +
+                        " was given an empty value (a script's expansion that found nothing?); give a value or "
+                        "leave the flag out");
+  }
+  return r;
+}
+
+namespace {
+
+// Whether the run could create files in `folder` (and the folder itself, when missing): its nearest existing
+// ancestor must be a folder that takes a probe file, written and removed at once. A probe also catches what
+// permission bits do not show (root on /proc, a read-only mount). Nothing is left behind. The reason if not.
+std::optional<std::string> unwritable_folder(const std::filesystem::path& folder) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  fs::path existing = fs::absolute(folder, error);
+  while (!fs::exists(existing, error) && existing.has_parent_path() && existing != existing.parent_path())
+    existing = existing.parent_path();
+  if (!fs::is_directory(existing, error)) return "'" + existing.string() + "' is not a folder";
+  const fs::path probe = existing / (".tt_write_probe_" + std::to_string(::getpid()));
+  const bool written = static_cast<bool>(std::ofstream(probe));
+  fs::remove(probe, error);
+  if (!written)
+    return existing == fs::absolute(folder, error) ? "cannot write into folder '" + existing.string() + "'"
+                                                   : "cannot create folder '" + folder.string() + "': '" +
+                                                         existing.string() + "' is not writable";
+  return std::nullopt;
+}
+
+// A path the file system would refuse for its length: a component longer than NAME_MAX once the longest
+// suffix the program adds to it (a temporary file's ".tmp", say) is counted, or the whole over PATH_MAX.
+std::optional<std::string> overlong_path(const std::string& path, size_t suffix) {
+  if (path.size() + suffix >= PATH_MAX)
+    return "the path is " + std::to_string(path.size()) + " characters long; at most " +
+           std::to_string(PATH_MAX - 1 - suffix) + " are allowed";
+  for (const auto& part : std::filesystem::path(path))
+    if (part.string().size() + suffix > NAME_MAX)
+      return "its part '" + part.string().substr(0, 40) + "...' is " + std::to_string(part.string().size()) +
+             " characters long; the file system allows " + std::to_string(NAME_MAX) + " per name" +
+             (suffix ? ", and the program adds up to " + std::to_string(suffix) + " for its temporary files" : "");
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> refuse_output_file(const char* what, const std::string& path, bool overwrite) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return std::nullopt;
+  // ".tmp" (written, then renamed into place) and ".trace.json" (beside a result) are the longest additions.
+  if (const auto why = overlong_path(path, 16)) return std::string(what) + " '" + path.substr(0, 80) + "': " + *why;
+  if (fs::is_directory(path)) return std::string(what) + " '" + path + "' is a folder; give a file path";
+  if (!overwrite && fs::exists(path))
+    return std::string(what) + " '" + path + "' exists; pass --overwrite to replace it or choose another path";
+  const fs::path folder = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+  if (const auto why = unwritable_folder(folder)) return std::string(what) + " '" + path + "': " + *why;
+  return std::nullopt;
+}
+
+std::optional<std::string> refuse_output_folder(const char* what, const std::string& path) {
+  if (path.empty()) return std::nullopt;
+  // The folder's files (step_000123.pt.tmp) are short; the folder's own names and the whole path must fit.
+  if (const auto why = overlong_path(path + "/step_000000000000.pt.tmp", 0))
+    return std::string(what) + " '" + path.substr(0, 80) + "': " + *why;
+  if (const auto why = unwritable_folder(path)) return std::string(what) + ": " + *why;
+  return std::nullopt;
+}
+
+}  // namespace tt
