@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "apps/cli/stage_cli.h"
-#include "apps/report/training_run.h"
+#include "apps/train/training_run.h"
 #include "apps/train/trainer.h"
 #include "models/config.h"
 #include "models/stage.h"

@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "apps/cli/stage_cli.h"
-#include "apps/report/training_run.h"
+#include "apps/train/training_run.h"
 #include "apps/train/checkpointing.h"
 #include "apps/train/stop_signal.h"
 #include "tests/helpers.h"

@@ -13,8 +13,8 @@
 #include <limits>
 #include <sstream>
 
-#include "apps/report/run_result.h"
-#include "apps/report/training_run.h"
+#include "apps/train/run_result.h"
+#include "apps/train/training_run.h"
 #include "apps/train/checkpointing.h"
 #include "apps/train/distributed.h"
 #include "tests/helpers.h"
@@ -52,7 +52,7 @@ struct Trained {
 };
 
 // The weights are taken at the last counted step: a GPU run may train on, unrecorded, for its energy figure
-// after the result is made (apps/report/training_run.h), and the hook runs before those steps.
+// after the result is made (apps/train/training_run.h), and the hook runs before those steps.
 Trained train_plain(const StageSpec& spec, const RunConfig& config) {
   std::ostringstream log;
   Trainer trainer(spec, config, torch::Device(torch::kCUDA, 0));

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <sstream>
 
-#include "apps/report/run_result.h"
-#include "apps/report/training_run.h"
+#include "apps/train/run_result.h"
+#include "apps/train/training_run.h"
 #include "apps/train/energy.h"
 #include "tests/helpers.h"
 

@@ -5,9 +5,9 @@
 #include <sstream>
 
 #include "apps/cli/stage_cli.h"
-#include "apps/report/evaluation_report.h"
-#include "apps/report/run_result.h"
-#include "apps/report/training_run.h"
+#include "apps/train/evaluation_report.h"
+#include "apps/train/run_result.h"
+#include "apps/train/training_run.h"
 #include "apps/train/evaluate.h"
 #include "apps/train/trainer.h"
 #include "tests/helpers.h"

@@ -5,7 +5,7 @@
 
 #include "apps/cli/generate_cli.h"
 #include "apps/train/generation.h"
-#include "apps/report/training_run.h"
+#include "apps/train/training_run.h"
 #include "apps/train/trainer.h"
 #include "models/checkpoint.h"
 #include "tests/helpers.h"

@@ -3,7 +3,7 @@
 
 #include <sstream>
 
-#include "apps/report/run_result.h"
+#include "apps/train/run_result.h"
 #include "apps/train/trainer.h"
 #include "tests/equivalence.h"
 #include "tests/helpers.h"

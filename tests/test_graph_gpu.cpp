@@ -6,8 +6,8 @@
 #include <cmath>
 #include <sstream>
 
-#include "apps/report/run_result.h"
-#include "apps/report/training_run.h"
+#include "apps/train/run_result.h"
+#include "apps/train/training_run.h"
 #include "tests/helpers.h"
 
 namespace tt {

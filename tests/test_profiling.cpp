@@ -10,9 +10,9 @@
 #include <torch/csrc/profiler/stubs/base.h>
 
 #include "apps/cli/stage_cli.h"
-#include "apps/report/profiling.h"
-#include "apps/report/run_result.h"
-#include "apps/report/training_run.h"
+#include "apps/train/profiling.h"
+#include "apps/train/run_result.h"
+#include "apps/train/training_run.h"
 #include "apps/train/trainer.h"
 #include "tests/helpers.h"
 

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "apps/cli/roofline_cli.h"
-#include "apps/report/roofline.h"
+#include "apps/compare/roofline.h"
 
 namespace tt::roofline {
 namespace {

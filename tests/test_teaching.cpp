@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "apps/cli/stage_cli.h"
-#include "apps/report/run_result.h"
+#include "apps/train/run_result.h"
 #include "apps/train/energy.h"
 #include "tests/helpers.h"
 #include "tests/teaching_checks.h"

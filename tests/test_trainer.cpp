@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "apps/cli/stage_cli.h"
-#include "apps/report/run_result.h"
-#include "apps/report/training_run.h"
+#include "apps/train/run_result.h"
+#include "apps/train/training_run.h"
 #include "apps/train/checkpointing.h"
 #include "kernels/ops/adamw.h"
 #include "tests/adamw_reference.h"

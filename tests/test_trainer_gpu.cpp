@@ -9,8 +9,8 @@
 #include <iostream>
 #include <sstream>
 
-#include "apps/report/run_result.h"
-#include "apps/report/training_run.h"
+#include "apps/train/run_result.h"
+#include "apps/train/training_run.h"
 #include "apps/train/checkpointing.h"
 #include "tests/helpers.h"
 

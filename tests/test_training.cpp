@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "apps/report/run_result.h"
+#include "apps/train/run_result.h"
 #include "apps/results/flops.h"
 #include "apps/train/trainer.h"
 #include "tests/helpers.h"

@@ -8,7 +8,7 @@
 #include <ostream>
 
 #include "apps/cli/command_line.h"
-#include "apps/report/roofline.h"
+#include "apps/compare/roofline.h"
 #include "apps/results/flops.h"
 #include "apps/results/result_file.h"
 #include "apps/results/text.h"

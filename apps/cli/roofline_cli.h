@@ -1,4 +1,4 @@
-// Command line of the roofline tool (apps/report/roofline.h holds its logic).
+// Command line of the roofline tool (apps/compare/roofline.h holds its logic).
 #pragma once
 
 #include <iosfwd>

@@ -2,26 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <cxxopts.hpp>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <optional>
-#include <unistd.h>
 
 #include "apps/cli/command_line.h"
-#include "apps/report/evaluation_report.h"
-#include "apps/report/profiling.h"
-#include "apps/report/run_result.h"
-#include "apps/report/system_info.h"
-#include "apps/report/training_run.h"
-#include "apps/train/checkpointing.h"
 #include "apps/train/device.h"
-#include "apps/train/distributed.h"
-#include "apps/train/stop_signal.h"
-#include "apps/train/trainer.h"
+#include "apps/train/system_info.h"
 
 namespace tt {
 namespace {
@@ -114,10 +103,6 @@ void override_field(const cxxopts::ParseResult& r, const char* flag, T& field) {
   } catch (const cxxopts::exceptions::exception& e) {
     throw ConfigError(std::string("command line: --") + flag + ": " + e.what());
   }
-}
-
-std::string default_output(const std::string& stage, const RunConfig& c) {
-  return "results/" + stage + "_" + c.name + "_" + to_string(c.training.dtype) + "_" + utc_timestamp(true) + ".json";
 }
 
 // The energy figure (or why there is none) and, for the timing pitfall, the host clock beside the events.
@@ -277,92 +262,34 @@ ParsedCommandLine parse_command_line(const std::string& program, const std::vect
   return parsed;
 }
 
-// --- Data parallel ---------------------------------------------------------------------------------
-namespace {
-
-// What every rank must agree on (checked at start-up by check_same_run): output paths may differ.
-nlohmann::json run_description(const StageSpec& spec, const RunConfig& config, const RunOptions& o, int world_size) {
-  return {{"stage", spec.name},
-          {"world_size", world_size},
-          {"config", to_json(config)},
-          {"flags",
-           {{"no_graph", o.no_graph},
-            {"load_checkpoint", o.load_checkpoint},
-            {"resume", o.resume},
-            {"checkpoint_every", o.checkpoint_every},
-            {"eval_data", o.eval_data},
-            {"eval_every", o.eval_every},
-            {"profile_steps", o.profile_steps},
-            {"dist_timeout_s", o.dist_timeout_s}}}};
-}
-
-// Refuses what data parallel cannot do, before any work; throws ConfigError.
-void check_data_parallel_options(const DistributedEnv& env, const StageSpec& spec, const RunConfig& config,
-                                 const RunOptions& o) {
-  if (!env.enabled) {
-    if (o.dist_timeout_given || !o.scaling_baseline.empty())
-      throw ConfigError(std::string(o.dist_timeout_given ? "--dist-timeout" : "--scaling-baseline") +
-                        " applies to data-parallel runs, and this process was not started by a launcher (no RANK/"
-                        "WORLD_SIZE, OMPI_COMM_WORLD_* or SLURM_PROCID variables): use scripts/launch.sh --nproc N");
-    return;
-  }
-  if (o.eval_only) throw ConfigError("--eval-only is not allowed under a data-parallel launcher: run it as one process");
-  if (config.training.device == "cpu")
-    throw ConfigError("config: field \"training.device\" = \"cpu\" is not allowed under a data-parallel launcher (" +
-                      env.source + " variables are set): data parallel runs one process per GPU over NCCL");
-  if (o.scaling_baseline.empty()) return;
-  const nlohmann::json base = read_json_file(o.scaling_baseline);
-  validate_result_json(base);
-  auto refuse = [&](const std::string& field, const nlohmann::json& theirs, const nlohmann::json& ours) {
-    if (theirs != ours)
-      throw ConfigError("--scaling-baseline '" + o.scaling_baseline + "': its " + field + " is " + theirs.dump() +
-                        ", this run's is " + ours.dump() + "; the baseline must be a 1-GPU run of the same stage, "
-                        "model, dtype and per-GPU batch");
-  };
-  refuse("stage.name", base["stage"]["name"], spec.name);
-  refuse("config.model", base["config"]["model"], to_json(config.model));
-  refuse("training.dtype", base["training"]["dtype"], to_string(config.training.dtype));
-  refuse("training.batch_size", base["training"]["batch_size"], config.training.batch_size);
-  refuse("training.seq_len", base["training"]["seq_len"], config.training.seq_len);
-  refuse("distributed.world_size", base.contains("distributed") ? base["distributed"]["world_size"] : nlohmann::json(1),
-         1);
-}
-
-void fill_scaling_efficiency(nlohmann::json& result, const std::string& baseline_path) {
-  const nlohmann::json base = read_json_file(baseline_path);
-  auto& d = result["distributed"];
-  const double base_tokens = base["summary"]["tokens_per_s"].get<double>();
-  d["scaling_efficiency"] = d["total_tokens_per_s"].get<double>() / (d["world_size"].get<double>() * base_tokens);
-  d["scaling_baseline"] = {{"result", baseline_path}, {"tokens_per_s", base_tokens}};
+// The one line every training run ends with, then the teaching lines.
+void print_summary(const std::string& stage, const nlohmann::json& s, bool on_gpu) {
+  // The caching allocator's peak exists on the GPU only.
+  const std::string peak =
+      on_gpu ? " | peak " + std::to_string(std::lround(s["peak_allocated_mb"].get<double>())) + " MB" : "";
+  std::printf(
+      "[%s] median step %.2f ms [p10 %.2f, p90 %.2f] | %.1f samples/s | %.0f tokens/s | %.2f TFLOP/s%s | loss %.4f "
+      "-> %.4f\n",
+      stage.c_str(), s["step_ms"]["median"].get<double>(), s["step_ms"]["p10"].get<double>(),
+      s["step_ms"]["p90"].get<double>(), s["samples_per_s"].get<double>(), s["tokens_per_s"].get<double>(),
+      s["achieved_tflops"].get<double>(), peak.c_str(), s["first_loss"].is_number() ? s["first_loss"].get<double>() : NAN,
+      s["final_loss"].is_number() ? s["final_loss"].get<double>() : NAN);
+  print_teaching_lines(stage, s);
 }
 
 }  // namespace
 
 int stage_main(int argc, char** argv, const StageSpec& stage) {
+  auto refuse = [&](const std::string& name, const std::exception& e) {
+    std::cerr << name << ": error: " << error_message(e) << std::endl;
+    return 2;
+  };
   ParsedCommandLine parsed;
   try {
     parsed = parse_command_line(stage.name, std::vector<std::string>(argv + 1, argv + argc));
+    effective_stage(stage, parsed.options, {});  // --no-graph and --pitfall refused before anything else
   } catch (const std::exception& e) {
-    std::cerr << stage.name << ": error: " << error_message(e) << std::endl;
-    return 2;
-  }
-  StageSpec spec = stage;
-  if (parsed.options.no_graph) {
-    if (spec.step != StepKind::kGraph) {
-      std::cerr << spec.name << ": error: --no-graph applies to stages that capture their step as a graph "
-                << "(v4_ultra); " << spec.name << " runs its step eagerly already" << std::endl;
-      return 2;
-    }
-    spec.step = StepKind::kEager;
-    spec.summary += "; this run: --no-graph, the same kernels launched eagerly";
-  }
-  if (parsed.options.pitfall) {
-    try {
-      spec = stages::with_pitfall(spec, *parsed.options.pitfall);
-    } catch (const std::exception& e) {
-      std::cerr << spec.name << ": error: " << error_message(e) << std::endl;
-      return 2;
-    }
+    return refuse(stage.name, e);
   }
   if (parsed.help) {
     std::cout << parsed.help_text << std::endl;
@@ -372,205 +299,37 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
     std::cout << doctor_report();
     return 0;
   }
-  const RunConfig& config = parsed.config;
-  const RunOptions& options = parsed.options;
-  if (options.validate_only) {
-    std::cout << to_json(config).dump(2) << std::endl;
+  if (parsed.options.validate_only) {
+    std::cout << to_json(parsed.config).dump(2) << std::endl;
     return 0;
   }
-  DistributedEnv dist;  // data parallel when a launcher set its variables
+  RunPlan plan;
   try {
-    dist = parse_distributed_env(process_env());
-    check_data_parallel_options(dist, spec, config, options);
+    plan = plan_run(stage, parsed.config, parsed.options, parse_distributed_env(process_env()));
   } catch (const std::exception& e) {
-    std::cerr << spec.name << ": error: " << error_message(e) << std::endl;
-    return 2;
+    return refuse(stage.name, e);
   }
-  if (dist.enabled && spec.step == StepKind::kGraph) {
-    spec.step = StepKind::kEager;
-    spec.summary += "; this run: data parallel, the step runs eagerly (the Reducer's bucket bookkeeping runs on "
-                    "the host during the backward, which a graph replay cannot repeat)";
-  }
-  const bool writes_files = dist.rank == 0;  // data parallel: rank 0 alone writes results and checkpoints
-  const std::string output =
-      options.output.empty()
-          ? default_output(spec.name + (spec.pitfall ? std::string("_") + stages::pitfall(*spec.pitfall).name : "") +
-                               (options.eval_only ? "_eval" : ""),
-                           config)
-          : options.output;
-  const std::string trace = trace_path_for(output);
-  // Every file the run would write is checked before any work, under one policy: never replaced without
-  // --overwrite.
-  for (const auto& refusal :
-       {refuse_output_file("--output file", writes_files ? output : "", options.overwrite),
-        refuse_output_file("--profile trace", writes_files && options.profile_steps > 0 ? trace : "",
-                           options.overwrite),
-        refuse_output_file("--save-checkpoint file", writes_files ? options.save_checkpoint : "", options.overwrite),
-        refuse_output_folder("--checkpoint-dir", writes_files ? options.checkpoint_dir : "")}) {
-    if (!refusal) continue;
-    std::cerr << spec.name << ": error: " << *refusal << std::endl;
-    return 2;
-  }
-  // --save-checkpoint inside the checkpoint folder under a name of the folder's own form would be taken for one
-  // of the run's checkpoints (and written over by one, or pruned).
-  if (writes_files && !options.save_checkpoint.empty() && !options.checkpoint_dir.empty()) {
-    namespace fs = std::filesystem;
-    const fs::path saved = fs::absolute(options.save_checkpoint).lexically_normal();
-    const fs::path folder = fs::absolute(options.checkpoint_dir).lexically_normal();
-    std::error_code error;
-    const bool inside = saved.parent_path() == folder || fs::equivalent(saved.parent_path(), folder, error);
-    if (inside && is_checkpoint_name(saved.filename().string())) {
-      std::cerr << spec.name << ": error: --save-checkpoint '" << options.save_checkpoint << "' is inside --checkpoint-dir '"
-                << options.checkpoint_dir << "' under a name of the form step_<N>.pt, which that folder's checkpoints use: "
-                << "choose another name or folder" << std::endl;
-      return 2;
-    }
-  }
-
-  torch::Device device = torch::kCPU;
-  std::optional<Checkpoint> resume_from;
-  RunCheckpoints checkpoints;
-  // Checked here as well as in Trainer, so that the run stops before any file is read or GPU memory taken.
-  try {
-    // Resolved here for every stage, so that a missing GPU is a usage error (exit 2) before any work.
-    const bool on_gpu = resolve_device(config.training.device).is_cuda();
-    const bool graphed = spec.step == StepKind::kGraph && !options.eval_only && on_gpu;
-    if (graphed) require_graph_warmup(spec, config.training);
-    if (!options.resume.empty()) {
-      try {
-        resume_from = read_checkpoint(options.resume);
-      } catch (const c10::Error& e) {
-        throw ConfigError("--resume: " + std::string(e.what_without_backtrace()));
-      }
-      check_resumable(*resume_from, options.resume, spec.name, config, graphed);
-    }
-    std::optional<CheckpointHeader> resumed;
-    if (resume_from)
-      resumed = CheckpointHeader{options.resume,       resume_from->stage,  resume_from->step, resume_from->run_step,
-                                 resume_from->run_id, resume_from->kind, resume_from->config};
-    const CheckpointPolicy policy{options.checkpoint_dir, options.checkpoint_every, options.keep_checkpoints};
-    // Rank 0 alone writes checkpoints; the others keep the policy only to know that there are some.
-    checkpoints = writes_files ? check_checkpoint_folder(policy, resumed) : RunCheckpoints(policy, "");
-  } catch (const std::exception& e) {
-    std::cerr << spec.name << ": error: " << error_message(e) << std::endl;
-    return 2;
-  }
-  std::unique_ptr<DistributedContext> context;
-  if (dist.enabled) {
-    try {
-      context = std::make_unique<DistributedContext>(dist, DistributedOptions{std::chrono::seconds(options.dist_timeout_s)});
-      check_same_run(context->store(), dist.rank, dist.world_size,
-                     run_description(spec, config, options, dist.world_size));
-    } catch (const ConfigError& e) {
-      std::cerr << spec.name << ": error: rank " << dist.rank << ": " << error_message(e) << std::endl;
-      return 2;
-    } catch (const std::exception& e) {
-      std::cerr << spec.name << ": error: rank " << dist.rank << ": " << error_message(e) << std::endl;
-      return 1;
-    }
-  }
+  const std::string name = plan.spec.name;
+  const bool on_gpu = resolve_device(plan.config.training.device).is_cuda();
   std::ostream quiet(nullptr);  // ranks other than 0 train silently
-  std::ostream& log = writes_files ? std::cout : quiet;
+  std::ostream& log = plan.writes_files ? std::cout : quiet;
+  RunOutcome outcome;
   try {
-    std::optional<EvalData> eval_data;
-    if (!options.eval_data.empty()) eval_data = load_eval_data(options.eval_data, config.training.seq_len);
-    device = context ? context->device() : resolve_device(config.training.device);
-    if (options.eval_only) {
-      const nlohmann::json result =
-          evaluate_checkpoint(spec, config, options.load_checkpoint, *eval_data, device, std::cout);
-      write_json_atomically(output, result, options.overwrite);
-      std::cout << "result written to " << output << std::endl;
-      return 0;
-    }
-    Trainer trainer(spec, config, device);
-    if (!options.load_checkpoint.empty()) {
-      // A file that is no checkpoint, or one of another model, is the user's input: exit 2, as --resume's.
-      try {
-        trainer.load_checkpoint(options.load_checkpoint);
-      } catch (const std::exception& e) {
-        std::cerr << spec.name << ": error: --load-checkpoint: " << error_message(e) << std::endl;
-        if (context) context->abort();
-        return 2;
-      }
-    }
-    RunExtras extras;
-    if (resume_from) {
-      extras.first_step = trainer.resume(*resume_from);
-      resume_from.reset();  // its tensors are in the model and optimizer now
-    }
-    if (context) {
-      broadcast_weights(*context, trainer.model());
-      trainer.use_runner(std::make_unique<DataParallelStep>(*context, trainer.model(), trainer.optimizer(),
-                                                            config.training.grad_accum_steps));
-    }
-    extras.distributed = context.get();
-    extras.eval_data = std::move(eval_data);
-    extras.eval_every = options.eval_every;
-    if (options.profile_steps > 0) extras.profile = {options.profile_steps, trace};
-    extras.checkpoints = checkpoints;
-    // The checkpoint holds the last counted step (or the stop's): written before the extra steps of --profile
-    // and of the energy figure (apps/report/training_run.h).
-    extras.after_last_counted_step = [&](int64_t steps_done) {
-      if (!writes_files || options.save_checkpoint.empty()) return;
-      trainer.save_checkpoint(options.save_checkpoint, options.overwrite, steps_done,
-                              {checkpoints.run_id(), kSavedCheckpoint});
-      std::cout << "checkpoint written to " << options.save_checkpoint << std::endl;
-    };
-    // Installed for the training only: before it a signal ends the process as usual (nothing to save yet).
-    StopSignalGuard stop_on_signal;
-    std::unique_ptr<StopVote> vote;
-    if (context) vote = std::make_unique<StopVote>(*context);
-    extras.stop_requested = [&vote] {
-      const bool mine = stop_signal_received() != 0;
-      return vote ? (*vote)(mine) : mine;
-    };
-    nlohmann::json result = run_training(trainer, extras, log);
-    // 128 + the signal, the shell's code for a process the signal ended (ranks stopped by another rank's
-    // signal report SIGTERM's).
-    const int received = stop_signal_received();
-    const int exit_code = result["interrupted"].get<bool>() ? 128 + (received ? received : SIGTERM) : 0;
-    if (!writes_files) return exit_code;
-    if (!options.scaling_baseline.empty() && !result["summary"].is_null())
-      fill_scaling_efficiency(result, options.scaling_baseline);
-    write_json_atomically(output, result, options.overwrite);
-    if (result["summary"].is_null()) {
-      std::cout << "result written to " << output << " (" << result["summary_note"].get<std::string>() << ")"
-                << std::endl;
-      return exit_code;
-    }
-    const auto& s = result["summary"];
-    // The caching allocator's peak exists on the GPU only.
-    const std::string peak =
-        device.is_cuda() ? " | peak " + std::to_string(std::lround(s["peak_allocated_mb"].get<double>())) + " MB" : "";
-    std::printf(
-        "[%s] median step %.2f ms [p10 %.2f, p90 %.2f] | %.1f samples/s | %.0f tokens/s | %.2f TFLOP/s%s | loss %.4f "
-        "-> %.4f\n",
-        spec.name.c_str(), s["step_ms"]["median"].get<double>(), s["step_ms"]["p10"].get<double>(),
-        s["step_ms"]["p90"].get<double>(), s["samples_per_s"].get<double>(), s["tokens_per_s"].get<double>(),
-        s["achieved_tflops"].get<double>(), peak.c_str(),
-        s["first_loss"].is_number() ? s["first_loss"].get<double>() : NAN,
-        s["final_loss"].is_number() ? s["final_loss"].get<double>() : NAN);
-    print_teaching_lines(spec.name, s);
-    std::cout << "result written to " << output << std::endl;
-    if (exit_code != 0) return exit_code;
-  } catch (const c10::OutOfMemoryError& e) {
-    const auto mem = peak_memory(device);
-    std::cerr << spec.name << ": out of GPU memory on config '" << config.name << "' (batch "
-              << config.training.batch_size << ", seq " << config.training.seq_len << ", hidden "
-              << config.model.hidden_dim << ", layers " << config.model.n_layers << ", "
-              << to_string(config.training.dtype) << "): the GPU has " << (total_device_memory(device) >> 20)
-              << " MB, peak allocated by this run " << (mem.peak_allocated_bytes >> 20)
-              << " MB. No result file was written. Reduce --batch-size or --seq-len.\n"
-              << "LibTorch said: " << e.what_without_backtrace() << std::endl;
-    if (context) context->abort();
-    return 3;
-  } catch (const std::exception& e) {
-    std::cerr << spec.name << ": error: " << (context ? "rank " + std::to_string(dist.rank) + ": " : "")
-              << error_message(e) << std::endl;
-    if (context) context->abort();
-    return 1;
+    outcome = execute_run(std::move(plan), log);
+  } catch (const RunError& e) {
+    std::cerr << name << ": error: " << e.what() << std::endl;
+    return e.exit_code;
   }
-  return 0;
+  const nlohmann::json& result = outcome.result;
+  if (result.is_null()) return outcome.exit_code;  // a rank other than 0
+  if (result.contains("summary_note") && result["summary"].is_null()) {
+    std::cout << "result written to " << outcome.output << " (" << result["summary_note"].get<std::string>() << ")"
+              << std::endl;
+    return outcome.exit_code;
+  }
+  if (result.contains("steps_done")) print_summary(name, result["summary"], on_gpu);  // not for --eval-only
+  std::cout << "result written to " << outcome.output << std::endl;
+  return outcome.exit_code;
 }
 
 }  // namespace tt

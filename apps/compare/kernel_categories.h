@@ -28,7 +28,7 @@ const std::vector<KernelCategory>& kernel_categories();
 const char* to_string(KernelCategory category);
 
 // The category of one profiled GPU activity: `kind` is the hotspot's kind ("kernel", "memcpy", "memset",
-// "comm"; apps/report/profiling.h), `name` the kernel's name as Kineto records it (CUDA or HIP, demangled
+// "comm"; apps/train/profiling.h), `name` the kernel's name as Kineto records it (CUDA or HIP, demangled
 // or not). Names the rule does not know are kOther.
 KernelCategory categorize_kernel(const std::string& name, const std::string& kind = "kernel");
 

@@ -1,7 +1,7 @@
 // The result files this project writes, as a format of their own: the training result JSON (schema in README.md,
 // "Result files") and the eval result file of --eval-only, their checks, and reading and writing JSON files.
 // Only nlohmann::json and plain values: no trainer, no LibTorch, so that compare and the HTML report read results
-// without linking either. Building a result from a run is apps/report/run_result.h's job.
+// without linking either. Building a result from a run is apps/train/run_result.h's job.
 #pragma once
 
 #include <string>

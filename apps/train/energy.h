@@ -8,7 +8,7 @@
 // refresh's energy. finish_energy() states a resolution and holds to it: the window must last at least
 // kEnergyMinRefreshes refresh periods (the error is then under 1/kEnergyMinRefreshes). Where the measured
 // steps are shorter, it keeps training for extra steps, unrecorded, in a window of their own after the
-// run's results and checkpoint (apps/report/training_run.cpp), and the figure is J/step over that window.
+// run's results and checkpoint (apps/train/training_run.cpp), and the figure is J/step over that window.
 #pragma once
 
 #include <torch/torch.h>

@@ -6,7 +6,7 @@
 //              divided by windows * seq_len, the log-softmax taken in fp32 and the sum kept in fp64;
 //   perplexity = exp(loss).
 // Batches only group windows for speed; they do not weight the mean. The result files' "evaluation"
-// objects are written by the reporting layer (apps/report/evaluation_report.h).
+// objects are written by the reporting layer (apps/train/evaluation_report.h).
 #pragma once
 
 #include <functional>

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "apps/report/system_info.h"
+#include "apps/train/system_info.h"
 #include "apps/results/result_file.h"
 #include "apps/train/loop.h"
 #include "apps/train/trainer.h"

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "apps/report/profiling.h"
+#include "apps/train/profiling.h"
 #include "apps/train/checkpointing.h"
 #include "apps/train/distributed.h"
 #include "apps/train/evaluate.h"

@@ -1,4 +1,4 @@
-#include "apps/report/system_info.h"
+#include "apps/train/system_info.h"
 
 #include <unistd.h>
 

@@ -1,9 +1,9 @@
-#include "apps/report/evaluation_report.h"
+#include "apps/train/evaluation_report.h"
 
 #include <ostream>
 #include <stdexcept>
 
-#include "apps/report/system_info.h"
+#include "apps/train/system_info.h"
 #include "apps/results/text.h"
 #include "apps/train/device.h"
 #include "models/checkpoint.h"

@@ -1,13 +1,13 @@
-#include "apps/report/training_run.h"
+#include "apps/train/training_run.h"
 
 #include <ostream>
 #include <stdexcept>
 #include <utility>
 #include <vector>
 
-#include "apps/report/evaluation_report.h"
-#include "apps/report/run_result.h"
-#include "apps/report/system_info.h"
+#include "apps/train/evaluation_report.h"
+#include "apps/train/run_result.h"
+#include "apps/train/system_info.h"
 #include "apps/train/data.h"
 #include "apps/results/text.h"
 #include "apps/train/loop.h"

@@ -1,4 +1,4 @@
-#include "apps/report/profiling.h"
+#include "apps/train/profiling.h"
 
 #include <algorithm>
 #include <chrono>

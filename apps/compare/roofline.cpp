@@ -1,4 +1,4 @@
-#include "apps/report/roofline.h"
+#include "apps/compare/roofline.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "apps/report/run_result.h"
+#include "apps/train/run_result.h"
 
 #include "apps/results/flops.h"
 #include "apps/results/text.h"

@@ -1,0 +1,79 @@
+// Data parallel's plain side, before any GPU or collective (apps/train/distributed.h is the rest): who this
+// process is, from the variables its launcher set; which rows of each global batch it trains; and the start-up
+// agreement that every rank runs the same run. Everything here is tested on the CPU.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/train/data.h"
+#include "models/config.h"
+
+namespace c10d {
+class Store;
+}
+
+namespace tt {
+
+// ---------------------------------------------------------------------------------------------------
+// Who this process is, from the variables its launcher set
+// ---------------------------------------------------------------------------------------------------
+
+struct DistributedEnv {
+  bool enabled = false;        // false: no launcher variables, a plain single-process run
+  std::string source;          // "torchrun-style" | "Open MPI" | "Slurm"
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;          // the GPU index on this host
+  int local_world_size = -1;   // processes on this host; -1 when the launcher does not say
+  std::string master_addr;
+  int master_port = 0;
+};
+
+constexpr int kDefaultMasterPort = 29500;
+
+// Looks a variable up; std::nullopt when unset.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+EnvLookup process_env();
+
+// Reads, in this order of precedence: RANK/WORLD_SIZE/LOCAL_RANK (scripts/launch.sh, torchrun), then
+// OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK/_LOCAL_SIZE (mpirun), then SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID
+// (srun); MASTER_ADDR and MASTER_PORT with each (the port defaults to 29500 under mpirun and srun).
+// None of them set: enabled = false. Throws ConfigError naming the variable, its value and what is
+// allowed for a missing, non-numeric or out-of-range value.
+DistributedEnv parse_distributed_env(const EnvLookup& lookup);
+
+// ---------------------------------------------------------------------------------------------------
+// Sharding: every rank draws the global batch and keeps rows [rank * B, (rank + 1) * B) of each step
+// ---------------------------------------------------------------------------------------------------
+
+// Wraps a source that fills [n * B * world, S + 1] global rows (n steps of a global batch of B * world)
+// and keeps this rank's B rows of every step. The union of all ranks' rows is exactly what a single
+// process with batch B * world draws from the same seed.
+std::unique_ptr<TokenSource> make_sharded_source(std::unique_ptr<TokenSource> global, int64_t per_rank_batch,
+                                                 int rank, int world_size);
+
+// ---------------------------------------------------------------------------------------------------
+// Start-up agreement: every rank must run the same stage and effective config
+// ---------------------------------------------------------------------------------------------------
+
+// The dotted paths ("training.batch_size") where two JSON objects differ, each with both values.
+std::vector<std::string> differing_fields(const nlohmann::json& mine, const nlohmann::json& reference,
+                                          const std::string& prefix = "");
+// A short fingerprint of a run description (FNV-1a of its compact dump, hex).
+std::string run_fingerprint(const nlohmann::json& run);
+
+// Publishes `run` under this rank on the store and compares every rank's with rank 0's. Throws ConfigError
+// naming each differing rank and its fields. Waits for all ranks (the store's timeout bounds the wait); rank 0,
+// which serves the store, returns only after every rank has read every run.
+void check_same_run(c10d::Store& store, int rank, int world_size, const nlohmann::json& run);
+
+// Rank 0's side of the rendezvous: throws ConfigError naming MASTER_PORT when the port is taken on this host.
+void check_port_free(int port);
+
+}  // namespace tt
