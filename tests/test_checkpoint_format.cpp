@@ -27,16 +27,10 @@ namespace tt {
 namespace {
 
 using testing::expect_error;
+using testing::fresh_dir;
 using testing::smoke_config;
 
 namespace fs = std::filesystem;
-
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::path(::testing::TempDir()) / name;
-  testing::remove_tree(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 // A checkpoint as a run writes one after `step` steps: weights of the smoke model, moments, run state.
 Checkpoint make_checkpoint(const RunConfig& config, int64_t step = 3) {
@@ -263,8 +257,8 @@ TEST(CheckpointFormat, InconsistentCheckpointsAreRefusedByName) {
   c.cpu_rng_state = torch::Tensor();
   expect_refusal(c, file + "field \"step\" is -1, must be >= 0");
   c = good;
-  c.run_step = -2;
-  expect_refusal(c, file + "field \"run_step\" is -2");
+  c.run_step = -2;  // not written (a negative run step means "no run state"), so the lone rng.cpu is refused
+  expect_refusal(c, file + "tensor \"rng.cpu\" is there but \"run_step\" is not");
   c = good;
   c.run_step = 5;
   expect_refusal(c, file + "field \"run_step\" (5) exceeds \"step\" (3)");
@@ -535,7 +529,8 @@ TEST(SafetensorsExport, FileParsesWithHuggingFaceNamesAndPermutedRotaryRows) {
   // bf16: every tensor rounded to bf16.
   const std::string checkpoint = (dir / "ck.pt").string();
   const std::string output = (dir / "bf16" / "model.safetensors").string();
-  ASSERT_EQ(export_run({"--checkpoint", checkpoint, "--output", output, "--dtype", "bf16"}), 0);
+  std::string err;
+  ASSERT_EQ(export_run({"--checkpoint", checkpoint, "--output", output, "--dtype", "bf16"}, &err), 0) << err;
   const Checkpoint ck = read_checkpoint(checkpoint);
   for (const auto& [name, t] : read_safetensors(output).tensors) {
     EXPECT_EQ(t.scalar_type(), torch::kBFloat16) << name;

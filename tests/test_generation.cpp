@@ -191,7 +191,7 @@ TEST(GenerateCli, ErrorsNameTheValueAndWhatIsAllowed) {
   expect_error({"--checkpoint", "/nonexistent/model.pt", "--prompt", "hi"}, 2,
                "--checkpoint: file '/nonexistent/model.pt' does not exist");
   expect_error({"--checkpoint", checkpoint}, 2, "--prompt TEXT is required");
-  expect_error({"--checkpoint", checkpoint, "--prompt", ""}, 2, "--prompt is empty");
+  expect_error({"--checkpoint", checkpoint, "--prompt", ""}, 2, "--prompt was given an empty value");
   expect_error(
       {"--checkpoint", checkpoint, "--prompt", std::string(300, 'a')}, 2,
       "--prompt has 300 bytes; this checkpoint's model.max_seq_len is 256, so the prompt may have at most 255 bytes");

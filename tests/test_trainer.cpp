@@ -465,7 +465,7 @@ TEST(TrainerCommandLine, LoadCheckpointStartsFromItsWeights) {
   auto tokens = testing::random_tokens(4, 33, 256, 5);
   for (int i = 0; i < 5; ++i) trained.step(tokens.narrow(1, 0, 32), tokens.narrow(1, 1, 32));
   const std::string checkpoint = (dir / "trained.pt").string();
-  trained.save_checkpoint(checkpoint, true, 5);
+  trained.save_checkpoint(checkpoint, true);  // weights and moments: what --load-checkpoint reads
 
   std::ostringstream log;
   Trainer loaded(stages::v1_baseline(), c, torch::kCPU);

@@ -84,7 +84,6 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   g.use_cache = r.count("no-kv-cache") == 0;
   g.token_limit = kByteVocab;  // the byte tokenizer cannot print tokens >= 256
 
-  if (prompt_text.empty()) throw UsageError("--prompt is empty: give at least one byte to continue");
   if (g.max_new_tokens < 0)
     throw UsageError("--max-new-tokens " + std::to_string(g.max_new_tokens) + " is not allowed: must be >= 0");
   if (!(g.temperature >= 0) || std::isinf(g.temperature))

@@ -10,6 +10,7 @@
 
 #include "apps/cli/command_line.h"
 #include "apps/train/device.h"
+#include "apps/train/profiling.h"
 #include "apps/train/system_info.h"
 
 namespace tt {
@@ -261,6 +262,8 @@ ParsedCommandLine parse_command_line(const std::string& program, const std::vect
     throw ConfigError("--scaling-baseline: file '" + o.scaling_baseline + "' does not exist (or is not a file)");
   return parsed;
 }
+
+namespace {
 
 // The one line every training run ends with, then the teaching lines.
 void print_summary(const std::string& stage, const nlohmann::json& s, bool on_gpu) {

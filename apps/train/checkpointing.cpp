@@ -8,6 +8,7 @@
 #include <random>
 #include <regex>
 
+#include "apps/train/error_message.h"
 #include "models/config.h"
 
 namespace tt {
@@ -115,7 +116,7 @@ RunCheckpoints check_checkpoint_folder(const CheckpointPolicy& policy,
     try {
       header = read_checkpoint_header(path.string());
     } catch (const std::exception& e) {
-      problems += "\n  " + path.filename().string() + ": unreadable (" + std::string(e.what()).substr(0, 200) + ")";
+      problems += "\n  " + path.filename().string() + ": unreadable (" + error_message(e) + ")";
       continue;
     }
     if (header.run_id != resumed->run_id || header.run_id.empty()) {

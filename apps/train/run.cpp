@@ -161,11 +161,6 @@ RunPlan plan_run(const StageSpec& stage, const RunConfig& config, const RunOptio
   return p;
 }
 
-std::string error_message(const std::exception& error) {
-  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&error)) return c10_error->what_without_backtrace();
-  return error.what();
-}
-
 RunOutcome execute_run(RunPlan plan, std::ostream& log) {
   const RunConfig& config = plan.config;
   const RunOptions& options = plan.options;

@@ -12,6 +12,7 @@
 
 #include "apps/train/checkpointing.h"
 #include "apps/train/distributed.h"
+#include "apps/train/error_message.h"
 #include "models/checkpoint.h"
 #include "models/config.h"
 #include "models/stage.h"
@@ -82,9 +83,6 @@ class RunError : public std::runtime_error {
   RunError(int exit_code, const std::string& message) : std::runtime_error(message), exit_code(exit_code) {}
   int exit_code;
 };
-
-// The message for the user: c10::Error's without LibTorch's C++ backtrace, any other exception's what().
-std::string error_message(const std::exception& error);
 
 // Executes the plan (log: rank 0's progress; other ranks are silent) and writes the result file. Throws RunError.
 RunOutcome execute_run(RunPlan plan, std::ostream& log);

@@ -109,7 +109,8 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
   std::vector<std::pair<int64_t, EvalResult>> eval_points;  // (run step, result), warm-up steps counted
   // Returns false when a stop signal cut the evaluation short (its partial figure is not recorded).
   auto evaluate_at = [&](int64_t step) {
-    const EvalResult r = evaluate(trainer.model(), extras.eval_data->tokens, t.seq_len, t.batch_size, device, &log, kEvalProgressSeconds, extras.stop_requested);
+    const EvalResult r = evaluate(trainer.model(), extras.eval_data->tokens, t.seq_len, t.batch_size, device, &log,
+                                  kEvalProgressSeconds, extras.stop_requested);
     if (r.stopped) {
       log << "  eval after step " << step << " cut short by a stop signal: not recorded" << std::endl;
       return false;

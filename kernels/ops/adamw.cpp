@@ -12,7 +12,6 @@
 #endif
 
 namespace tt::ops {
-
 namespace {
 
 void check_same_shape(size_t i, const char* what, const torch::Tensor& t, const torch::Tensor& master) {

@@ -11,6 +11,14 @@
 #define TT_HAVE_GPU_KERNELS 1
 #endif
 
+namespace tt::ops {
+
+// Every op's autograd Function takes these.
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+}  // namespace tt::ops
+
 namespace tt::ops::detail {
 
 // Callers admit only Float, BFloat16 and Half to the GPU path (their check_inputs).

@@ -16,11 +16,7 @@
 #endif
 
 namespace tt::ops {
-
 namespace {
-
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
 
 void check_inputs(const torch::Tensor& logits, const torch::Tensor& labels) {
   TORCH_CHECK(logits.defined() && labels.defined(),

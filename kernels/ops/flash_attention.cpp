@@ -24,11 +24,7 @@
 #endif
 
 namespace tt::ops {
-
 namespace {
-
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
 
 // Grid dims y and z (heads, batch) are limited to 65535 on NVIDIA.
 constexpr int64_t kMaxGridDim = 65535;

@@ -16,11 +16,7 @@
 #endif
 
 namespace tt::ops {
-
 namespace {
-
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
 
 void check_inputs(const torch::Tensor& x, const torch::Tensor& weight) {
   TORCH_CHECK(x.defined() && weight.defined(), "tt::ops::naive_swiglu: x and gate_up_weight must be defined tensors");

@@ -14,11 +14,7 @@
 #endif
 
 namespace tt::ops {
-
 namespace {
-
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
 
 // fp64 inputs (the CPU gradient check) compute in fp64; everything else in fp32.
 torch::ScalarType compute_dtype(const torch::Tensor& t) {

@@ -14,11 +14,7 @@
 #endif
 
 namespace tt::ops {
-
 namespace {
-
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
 
 void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& cos, const torch::Tensor& sin) {
   TORCH_CHECK(q.defined() && k.defined() && cos.defined() && sin.defined(),

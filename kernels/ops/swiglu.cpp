@@ -13,11 +13,7 @@
 #endif
 
 namespace tt::ops {
-
 namespace {
-
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
 
 // op: "swiglu" or "swiglu_strided", for the messages.
 void check_inputs(const torch::Tensor& gate_up, const char* op = "swiglu") {
