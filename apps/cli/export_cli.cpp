@@ -77,6 +77,8 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
       {"tinytransformer.stage", ck.stage},
       {"tinytransformer.step", std::to_string(ck.step)},
       {"tinytransformer.config", to_json(ck.config).dump()}};
+  const auto folder = std::filesystem::path(output).parent_path();
+  if (!folder.empty()) std::filesystem::create_directories(folder);
   write_safetensors(output, weights, metadata, overwrite);
   {
     AtomicFile file(config_path, "config.json");
