@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <ostream>
 #include <unistd.h>
 
 namespace tt {
@@ -26,6 +27,23 @@ cxxopts::ParseResult parse_flags(cxxopts::Options& options, const std::vector<st
     if (++given[name] == 2) throw ConfigError("command line: --" + name + " is given more than once; give it once");
   }
   return r;
+}
+
+ToolFlags parse_tool_flags(cxxopts::Options& options, const std::vector<std::string>& args, std::ostream& out,
+                           std::ostream& err) {
+  ToolFlags parsed;
+  try {
+    parsed.flags = parse_flags(options, args);
+  } catch (const ConfigError& e) {
+    err << options.program() << ": error: " << e.what() << std::endl;
+    parsed.exit_code = 2;
+    return parsed;
+  }
+  if (parsed.flags.count("help")) {
+    out << options.help() << std::endl;
+    parsed.exit_code = 0;
+  }
+  return parsed;
 }
 
 namespace {
