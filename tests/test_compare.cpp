@@ -23,14 +23,6 @@ namespace fs = std::filesystem;
 
 std::string fixture(const std::string& name) { return std::string(TT_SOURCE_DIR) + "/tests/fixtures/compare/" + name; }
 
-// An empty folder for one test (testing::remove_tree says why not fs::remove_all).
-std::string temp_dir(const std::string& name) {
-  const fs::path dir = fs::path(::testing::TempDir()) / ("tt_compare_" + name);
-  tt::testing::remove_tree(dir);
-  fs::create_directories(dir);
-  return dir.string();
-}
-
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;
@@ -126,7 +118,7 @@ TEST(Compare, FirstFileIsTheReferenceWithoutV1) {
 }
 
 TEST(Compare, DuplicateStagesGetDistinctLabels) {
-  const std::string copy = temp_dir("second_run") + "/v2_fused.json";
+  const std::string copy = tt::testing::fresh_dir("tt_compare_second_run").string() + "/v2_fused.json";
   std::filesystem::copy_file(fixture("v2_fused.json"), copy);
   const auto results = load_results({fixture("v2_fused.json"), copy});
   EXPECT_EQ(results[0].label, "v2_fused (compare/v2_fused)");
@@ -186,7 +178,7 @@ TEST(Compare, DetectsEachFieldThatMakesResultsIncomparable) {
 }
 
 TEST(Compare, RefusesIncomparableResultsUnlessAllowed) {
-  const std::string dir = temp_dir("mismatch");
+  const std::string dir = tt::testing::fresh_dir("tt_compare_mismatch").string();
   const std::string fp32 = modified_fixture(
       "v2_fused.json",
       [](nlohmann::json& j) {
@@ -225,7 +217,7 @@ TEST(Compare, BadFilesFailWithTheFileAndTheProblem) {
   EXPECT_EQ(run.code, 2);
   EXPECT_NE(run.err.find("does_not_exist.json' does not exist"), std::string::npos) << run.err;
 
-  const std::string dir = temp_dir("trace");
+  const std::string dir = tt::testing::fresh_dir("tt_compare_trace").string();
   std::ofstream(dir + "/v1.trace.json") << R"({"traceEvents": []})";
   run = compare({dir + "/v1.trace.json"});
   EXPECT_EQ(run.code, 2);
@@ -260,7 +252,7 @@ TEST(Compare, BadFilesFailWithTheFileAndTheProblem) {
 }
 
 TEST(Compare, FailIfSlowerGatesOnTheBaselineMedian) {
-  const std::string dir = temp_dir("slower");
+  const std::string dir = tt::testing::fresh_dir("tt_compare_slower").string();
   // Baseline v2 (50 ms); v3 (40 ms) is faster, v1 (100 ms) is 100 % slower.
   Outcome run = compare({"--baseline", fixture("v2_fused.json"), "--fail-if-slower", "5", "--output-dir", dir,
                          fixture("v3_custom.json"), fixture("v1_baseline.json")});
@@ -300,7 +292,7 @@ TEST(Compare, FailIfSlowerGatesOnTheBaselineMedian) {
 }
 
 TEST(Compare, WritesMarkdownCsvAndSvg) {
-  const std::string dir = temp_dir("files");
+  const std::string dir = tt::testing::fresh_dir("tt_compare_files").string();
   const Outcome run =
       compare({fixture("v1_baseline.json"), fixture("v2_fused.json"), fixture("v3_custom.json"), "--output-dir", dir});
   ASSERT_EQ(run.code, 0) << run.err;
@@ -336,7 +328,7 @@ TEST(Compare, WritesMarkdownCsvAndSvg) {
 // The debugging exercise: pitfall runs get labels with their pitfall, v3 as shipped (--pitfall none) is the
 // reference, and the summary names what each teaches.
 TEST(Compare, DebuggingExerciseRowsAreLabelledAndMeasuredAgainstStageFive) {
-  const std::string dir = temp_dir("exercise");
+  const std::string dir = tt::testing::fresh_dir("tt_compare_exercise").string();
   auto with_pitfall = [&](const std::string& pitfall, double median_ms, const std::string& out_name) {
     nlohmann::json j = read_json_file(fixture("v3_custom.json"));
     j["stage"]["pitfall"] = {{"name", pitfall}, {"lesson", "lesson of " + pitfall}};
@@ -367,7 +359,7 @@ TEST(Compare, DebuggingExerciseRowsAreLabelledAndMeasuredAgainstStageFive) {
 }
 
 TEST(Compare, WritesOneSelfContainedHtmlReportWithTheFoldersRoofline) {
-  const std::string dir = temp_dir("html");
+  const std::string dir = tt::testing::fresh_dir("tt_compare_html").string();
   std::ostringstream roof_out, roof_err;
   ASSERT_EQ(roofline_main({"--counters", std::string(TT_SOURCE_DIR) + "/tests/fixtures/roofline/ncu_raw.csv", "--gpu",
                            "NVIDIA H100 80GB HBM3", "--bandwidth-gbs", "3000", "--output-dir", dir},
@@ -411,7 +403,7 @@ std::string profiled(const std::string& stage) {
 // Where the time goes: v1..v4 with real-looking profiles get the category table, the stacked bars in the chart
 // and in report.html, and the kernels left in "other" listed.
 TEST(Compare, ProfiledResultsShowWhereTheTimeGoes) {
-  const std::string dir = temp_dir("breakdown");
+  const std::string dir = tt::testing::fresh_dir("tt_compare_breakdown").string();
   const auto r = compare({profiled("v1_baseline"), profiled("v2_fused"), profiled("v3_custom"), profiled("v4_ultra"),
                           "--output-dir", dir});
   ASSERT_EQ(r.code, 0) << r.err;
@@ -440,7 +432,7 @@ TEST(Compare, ProfiledResultsShowWhereTheTimeGoes) {
 
 // The graph pool's memory note belongs to a graph replayed on a GPU; a graph stage run on the CPU ran eagerly.
 TEST(Compare, GraphPoolMemoryNoteOnlyForAGraphReplayedOnAGpu) {
-  const std::string dir = temp_dir("cpu_graph");
+  const std::string dir = tt::testing::fresh_dir("tt_compare_cpu_graph").string();
   const std::string cpu_v4 = modified_fixture(
       "v3_custom.json",
       [](nlohmann::json& j) {

@@ -98,8 +98,9 @@ TEST(TeachingGpu, EnergyIsMeasuredWhereTheCounterExists) {
   const bool available = EnergyMeter(torch::kCUDA).available();
 #if defined(TT_BACKEND_CUDA)
   const char* allow = std::getenv("TT_ALLOW_NO_NVML");
-  if (!(allow != nullptr && std::string(allow) == "1"))
+  if (!(allow != nullptr && std::string(allow) == "1")) {
     ASSERT_TRUE(available) << "NVML did not load on an NVIDIA machine (set TT_ALLOW_NO_NVML=1 if it has none)";
+  }
 #endif
   RunConfig c = gpu_smoke();
   // Long enough a window (hundreds of ms) for the driver to refresh the counter more than once.

@@ -96,9 +96,7 @@ TEST(TrainerGpu, InterruptedAndResumedGraphedRunEqualsTheUninterruptedOne) {
     c.training.lr_warmup_steps = 2;
     std::ostringstream log;
     const auto whole = testing::train_result(stages::v4_ultra(), c, kGpu, log);
-    const auto dir =
-        std::filesystem::path(::testing::TempDir()) / ("tt_resume_gpu_" + std::string(to_string(precision)));
-    testing::remove_tree(dir);
+    const auto dir = testing::fresh_dir("tt_resume_gpu_" + std::string(to_string(precision)));
     nlohmann::json first;
     {
       Trainer trainer(stages::v4_ultra(), c, kGpu);

@@ -38,17 +38,8 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out, std::o
       ("files", "result JSON files", cxxopts::value<std::vector<std::string>>());
   options.parse_positional({"files"});
   options.positional_help("RESULT.json [RESULT.json ...]");
-  cxxopts::ParseResult parsed;
-  try {
-    parsed = parse_flags(options, args);
-  } catch (const ConfigError& e) {
-    err << "compare: error: " << e.what() << std::endl;
-    return 2;
-  }
-  if (parsed.count("help")) {
-    out << options.help() << std::endl;
-    return 0;
-  }
+  const auto [parsed, exit_code] = parse_tool_flags(options, args, out, err);
+  if (exit_code) return *exit_code;
   const std::vector<std::string> files =
       parsed.count("files") ? parsed["files"].as<std::vector<std::string>>() : std::vector<std::string>{};
   const std::string baseline_path = parsed.count("baseline") ? parsed["baseline"].as<std::string>() : "";

@@ -1,6 +1,7 @@
 #include "apps/cli/flags.h"
 
 #include <map>
+#include <ostream>
 
 namespace tt {
 
@@ -33,6 +34,23 @@ cxxopts::ParseResult parse_flags(cxxopts::Options& options, const std::vector<st
                         "leave the flag out");
   }
   return r;
+}
+
+ToolFlags parse_tool_flags(cxxopts::Options& options, const std::vector<std::string>& args, std::ostream& out,
+                           std::ostream& err) {
+  ToolFlags parsed;
+  try {
+    parsed.flags = parse_flags(options, args);
+  } catch (const ConfigError& e) {
+    err << options.program() << ": error: " << e.what() << std::endl;
+    parsed.exit_code = 2;
+    return parsed;
+  }
+  if (parsed.flags.count("help")) {
+    out << options.help() << std::endl;
+    parsed.exit_code = 0;
+  }
+  return parsed;
 }
 
 }  // namespace tt

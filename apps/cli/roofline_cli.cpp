@@ -61,17 +61,8 @@ int roofline_main(const std::vector<std::string>& args, std::ostream& out, std::
       ("list-metrics", "print the ncu metrics the report reads, one a line, and exit")
       ("help", "show this help");
   // clang-format on
-  cxxopts::ParseResult parsed;
-  try {
-    parsed = parse_flags(options, args);
-  } catch (const ConfigError& e) {
-    err << "roofline: error: " << e.what() << std::endl;
-    return 2;
-  }
-  if (parsed.count("help")) {
-    out << options.help() << std::endl;
-    return 0;
-  }
+  const auto [parsed, exit_code] = parse_tool_flags(options, args, out, err);
+  if (exit_code) return *exit_code;
   if (parsed.count("list-metrics")) {
     if (args.size() > 1) {
       err << "roofline: error: --list-metrics prints the metrics and exits: give it alone" << std::endl;
