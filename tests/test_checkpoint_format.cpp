@@ -548,7 +548,6 @@ TEST(SafetensorsExport, FileParsesWithHuggingFaceNamesAndPermutedRotaryRows) {
   }
 
   // Refusals before any work, with exit code 2; an unreadable checkpoint is 1.
-  std::string err;
   EXPECT_EQ(export_run({"--checkpoint", checkpoint, "--output", output}, &err), 2);
   EXPECT_NE(err.find("--overwrite"), std::string::npos) << err;
   EXPECT_EQ(export_run({"--checkpoint", (dir / "none.pt").string(), "--output", output, "--overwrite"}, &err), 2);
