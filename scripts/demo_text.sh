@@ -13,7 +13,8 @@
 # TRAIN_TEXT / EVAL_TEXT (default: generated), OUT (results/demo), TT_BUILD_DIR (build),
 # LR_SCHEDULE (constant | cosine | linear), LR_WARMUP_STEPS (0), MIN_LR (1e-4, for cosine and linear),
 # GRAD_ACCUM (1), CHECKPOINT_EVERY (100: checkpoints into OUT/checkpoints, the newest 3 kept),
-# RESUME (1: continue from the newest of those checkpoints; docs/training.md).
+# RESUME (1: continue from the newest of those checkpoints; docs/training.md; without it, a new run moves the
+# previous run's checkpoints to OUT/checkpoints.previous).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TT_BUILD_DIR:-$root/build}
@@ -87,6 +88,12 @@ if [ "${RESUME:-0}" = 1 ]; then
   [ -n "$newest" ] || { say "RESUME=1 but $out/checkpoints holds no checkpoint"; exit 2; }
   resume=(--resume "$newest")
   say "resuming from $newest"
+elif ls "$out"/checkpoints/step_*.pt > /dev/null 2>&1; then
+  # A new run never writes into a folder of checkpoints (docs/training.md): the previous demo run's are kept
+  # aside, one generation deep, rather than written over.
+  rm -rf "$out/checkpoints.previous"
+  mv "$out/checkpoints" "$out/checkpoints.previous"
+  say "a new run: the previous run's checkpoints moved to $out/checkpoints.previous (RESUME=1 continues that run)"
 fi
 say "training $stage for $steps steps ($dtype, lr $learning_rate $lr_schedule, ramp $lr_warmup_steps," \
   "accumulating $grad_accum micro-batches), held-out loss every $eval_every steps; Ctrl-C stops it cleanly"
