@@ -62,9 +62,8 @@ constexpr const char* kChecksumsKey = "checksums";
 // otherwise the error names --save-checkpoint and --overwrite, as results do. A failed write (a full disk)
 // removes the temporary file and throws naming the file.
 void write_checkpoint(const std::string& path, const Checkpoint& checkpoint, bool overwrite);
-// Reads and checks: every checksum (v2), field types, step >= 0, -1 <= run_step <= step and <= the
-// embedded config's warmup_steps + num_steps, exactly the weights the embedded config implies with its
-// shapes, optimizer moments for exactly those weights with their shapes, rng.cpu a uint8 vector. Every
+// Reads and checks: every checksum (v2), field types, step >= 0, -1 <= run_step <= step, exactly the
+// weights the embedded config implies with their shapes, optimizer moments for exactly those weights with their shapes, rng.cpu a uint8 vector. Every
 // refusal names the file and the tensor or field.
 Checkpoint read_checkpoint(const std::string& path);
 // The fields above of the checkpoint at `path`, with the same checks except the tensors' checksums: reads

@@ -276,9 +276,6 @@ TEST(CheckpointFormat, InconsistentCheckpointsAreRefusedByName) {
   c.run_step = 5;
   expect_refusal(c, file + "field \"run_step\" (5) exceeds \"step\" (3)");
   c = good;
-  c.step = c.run_step = 13;  // the smoke run has 2 + 10 steps
-  expect_refusal(c, file + "field \"run_step\" (13) is past the end of its run");
-  c = good;
   c.cpu_rng_state = torch::zeros({5056}, torch::kFloat);
   expect_refusal(c, file + "tensor \"rng.cpu\" is float32 [5056], must be uint8 [");
   c = good;
