@@ -4,8 +4,8 @@
 // "stage" (str), "config" (the run config as a JSON string) and "format". Canonical names make a checkpoint
 // portable between stages. Beside them, what an exact resume needs: "run_step" (steps of the run done, which
 // is also its data position) and "rng.cpu" (the default CPU generator's state, uint8), and who wrote the file
-// and why ("run_id", "kind"). "checksums" holds a CRC-32 of every tensor and one of the other fields, checked
-// on every read (docs/training.md says how to recompute them). This layer knows tensors by canonical name
+// and why ("run_id", "kind"). "checksums" holds a CRC-32 of every tensor and one of the other fields, and a
+// record beside data.pkl its CRC-32; all are checked on every read (docs/training.md says how to recompute them). This layer knows tensors by canonical name
 // only; the training layer (apps/train/trainer.h) maps optimizer state to and from them.
 #pragma once
 
