@@ -395,10 +395,6 @@ void check_consistency(const std::string& path, const Checkpoint& ck) {
   // The optimizer steps once per step of the run, on top of those of a --load-checkpoint start.
   TORCH_CHECK(ck.run_step <= ck.step, file, "field \"run_step\" (", ck.run_step, ") exceeds \"step\" (", ck.step,
               "): the optimizer steps at every step of the run");
-  const TrainConfig& t = ck.config.training;
-  TORCH_CHECK(ck.run_step <= t.warmup_steps + t.num_steps, file, "field \"run_step\" (", ck.run_step,
-              ") is past the end of its run (training.warmup_steps ", t.warmup_steps, " + num_steps ", t.num_steps,
-              " in the embedded config)");
   if (ck.run_step >= 0) {
     TORCH_CHECK(ck.cpu_rng_state.defined(), file, "tensor \"", kCpuRngKey, "\" is missing (run_step ", ck.run_step,
                 " says the file holds run state)");

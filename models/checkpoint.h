@@ -4,9 +4,10 @@
 // "stage" (str), "config" (the run config as a JSON string) and "format". Canonical names make a checkpoint
 // portable between stages. Beside them, what an exact resume needs: "run_step" (steps of the run done, which
 // is also its data position) and "rng.cpu" (the default CPU generator's state, uint8), and who wrote the file
-// and why ("run_id", "kind"). "checksums" holds a CRC-32 of every tensor and one of the other fields, checked
-// on every read (docs/training.md says how to recompute them). This layer knows tensors by canonical name
-// only; the training layer (apps/train/trainer.h) maps optimizer state to and from them.
+// and why ("run_id", "kind"). "checksums" holds a CRC-32 of every tensor and one of the other fields, and a
+// record beside data.pkl its CRC-32; all are checked on every read (docs/training.md says how to recompute
+// them). This layer knows tensors by canonical name only; the training layer (apps/train/trainer.h) maps
+// optimizer state to and from them.
 #pragma once
 
 #include <map>
@@ -62,10 +63,9 @@ constexpr const char* kChecksumsKey = "checksums";
 // otherwise the error names --save-checkpoint and --overwrite, as results do. A failed write (a full disk)
 // removes the temporary file and throws naming the file.
 void write_checkpoint(const std::string& path, const Checkpoint& checkpoint, bool overwrite);
-// Reads and checks: every checksum (v2), field types, step >= 0, -1 <= run_step <= step and <= the
-// embedded config's warmup_steps + num_steps, exactly the weights the embedded config implies with its
-// shapes, optimizer moments for exactly those weights with their shapes, rng.cpu a uint8 vector. Every
-// refusal names the file and the tensor or field.
+// Reads and checks: every checksum (v2), field types, step >= 0, -1 <= run_step <= step, exactly the
+// weights the embedded config implies with their shapes, optimizer moments for exactly those weights with
+// their shapes, rng.cpu a uint8 vector. Every refusal names the file and the tensor or field.
 Checkpoint read_checkpoint(const std::string& path);
 // The temporary file write_checkpoint writes before it renames it to `path`.
 std::string checkpoint_temp_path(const std::string& path);

@@ -270,9 +270,6 @@ TEST(CheckpointFormat, InconsistentCheckpointsAreRefusedByName) {
   c.run_step = 5;
   expect_refusal(c, file + "field \"run_step\" (5) exceeds \"step\" (3)");
   c = good;
-  c.step = c.run_step = 13;  // the smoke run has 2 + 10 steps
-  expect_refusal(c, file + "field \"run_step\" (13) is past the end of its run");
-  c = good;
   c.cpu_rng_state = torch::zeros({5056}, torch::kFloat);
   expect_refusal(c, file + "tensor \"rng.cpu\" is float32 [5056], must be uint8 [");
   c = good;
@@ -404,11 +401,12 @@ std::string missing_python_modules(const std::vector<std::string>& modules) {
   for (const auto& m : modules) imports += "import " + m + "\n";
   const auto [code, output] = run_python(imports, {});
   if (code == 0) return "";
-  return "'" + python() + "' cannot import " + [&] {
-    std::string all;
-    for (const auto& m : modules) all += (all.empty() ? "" : ", ") + m;
-    return all;
-  }() + " (set TT_TORCH_PYTHON, or PYTHONPATH): " + output.substr(0, 300);
+  std::string all, last_line, line;
+  for (const auto& m : modules) all += (all.empty() ? "" : ", ") + m;
+  std::istringstream lines(output);
+  while (std::getline(lines, line))
+    if (!line.empty()) last_line = line;  // the exception, after any warnings
+  return "'" + python() + "' cannot import " + all + " (set TT_TORCH_PYTHON, or PYTHONPATH): " + last_line;
 }
 
 // The last line of the output as JSON (warnings may come before it).
