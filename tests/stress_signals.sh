@@ -16,7 +16,7 @@ failures=0
 fail() { echo "FAIL trial $trial: $*"; failures=$((failures + 1)); }
 losses() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(repr(x) for x in d["losses"]))' "$1"; }
 
-steps=120
+steps=40
 run=(--config "$root/configs/smoke.json" --device cpu --warmup-steps 1 --num-steps "$steps" --log-every 0)
 "$build/v1_baseline" "${run[@]}" --output "$work/reference.json" > "$work/reference.log" 2>&1 ||
   { cat "$work/reference.log"; exit 1; }
@@ -29,7 +29,14 @@ for trial in $(seq "$trials"); do
   "$build/v1_baseline" "${run[@]}" --checkpoint-dir "$dir/ck" --checkpoint-every 1 --keep-checkpoints 2 \
     --output "$dir/first.json" > "$dir/first.log" 2>&1 &
   pid=$!
-  sleep "$(awk -v s="$RANDOM" 'BEGIN { srand(s); printf "%.3f", 0.3 + rand() * 1.5 }')"
+  # The signal lands while the run trains and writes checkpoints: after its first checkpoint (start-up takes
+  # seconds on a loaded machine), at a random moment within the next 0.6 s (a smoke step and its write take ms).
+  for _ in $(seq 600); do
+    ls "$dir"/ck/step_*.pt > /dev/null 2>&1 && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  sleep "$(awk -v s="$RANDOM" 'BEGIN { srand(s); printf "%.3f", rand() * 0.6 }')"
   kill -TERM $pid 2>/dev/null
   second=$((RANDOM % 2))
   if [ $second -eq 1 ]; then
