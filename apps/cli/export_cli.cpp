@@ -14,11 +14,6 @@
 namespace tt {
 namespace {
 
-// A bad flag or value: the user fixes the command line (exit code 2).
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 cxxopts::Options make_options() {
   cxxopts::Options o("export_safetensors",
                      "Export a checkpoint's weights as a Hugging Face LLaMA safetensors file, with a config.json\n"
@@ -137,15 +132,7 @@ nlohmann::json hugging_face_config(const ModelConfig& m, torch::Dtype dtype) {
 }
 
 int export_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  try {
-    return run(args, out, err);
-  } catch (const UsageError& e) {
-    err << "export_safetensors: error: " << e.what() << std::endl;
-    return 2;
-  } catch (const std::exception& e) {
-    err << "export_safetensors: error: " << error_message(e) << std::endl;
-    return 1;
-  }
+  return run_tool("export_safetensors", [&] { return run(args, out, err); }, err);
 }
 
 }  // namespace tt

@@ -22,12 +22,6 @@ namespace {
 
 constexpr int64_t kByteVocab = 256;
 
-// A bad flag or value: the user fixes the command line (exit code 2). Distinct from ConfigError, which a
-// checkpoint with a malformed embedded config also throws (exit code 1: the checkpoint cannot be read).
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 cxxopts::Options make_options() {
   cxxopts::Options o("generate",
                      "Continue a text prompt with a trained checkpoint (byte-level tokens: one token per byte).\n"
@@ -171,15 +165,7 @@ int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
 }  // namespace
 
 int generate_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  try {
-    return run(args, out, err);
-  } catch (const UsageError& e) {
-    err << "generate: error: " << e.what() << std::endl;
-    return 2;
-  } catch (const std::exception& e) {
-    err << "generate: error: " << error_message(e) << std::endl;
-    return 1;
-  }
+  return run_tool("generate", [&] { return run(args, out, err); }, err);
 }
 
 }  // namespace tt
