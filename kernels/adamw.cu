@@ -9,7 +9,8 @@
 // fresh gradients.
 //
 // The update is memory-bound (28 bytes per parameter: read master, gradient, two moments; write master,
-// two moments, and in bf16 read a bf16 gradient and write the copy instead of reading an fp32 gradient).
+// two moments, and in bf16 read a bf16 gradient and write the copy instead of reading an fp32 gradient;
+// 20 bytes with the moments in bf16).
 // Each thread moves 16-byte packs of four fp32 elements, kIlp packs in flight, where alignment allows:
 // scalar accesses with the same in-flight depth reached 2.2 TB/s on an H100 (389 us for the workshop
 // model's 31M parameters in bf16), short of its 3.35 TB/s.
@@ -101,21 +102,42 @@ struct AdamWMath {
 };
 
 // Whether every array of tensor t may be read kVec elements at a time from any multiple of kVec.
-template <typename C, int kVec>
+template <typename C, typename S, int kVec>
 __device__ __forceinline__ bool packs_fit(const AdamWTensor& t) {
   const auto aligned = [](const void* ptr, size_t bytes) {
     return ptr == nullptr || reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
   };
   return t.numel % kVec == 0 && aligned(t.param, 4 * kVec) && aligned(t.grad, 4 * kVec) &&
-         aligned(t.exp_avg, 4 * kVec) && aligned(t.exp_avg_sq, 4 * kVec) && aligned(t.copy_grad, sizeof(C) * kVec) &&
-         aligned(t.copy, sizeof(C) * kVec);
+         aligned(t.exp_avg, sizeof(S) * kVec) && aligned(t.exp_avg_sq, sizeof(S) * kVec) &&
+         aligned(t.copy_grad, sizeof(C) * kVec) && aligned(t.copy, sizeof(C) * kVec);
+}
+
+// kVec moments of type S from ptr, as floats.
+template <int kVec, typename S>
+__device__ __forceinline__ Pack<float, kVec> load_moments(const S* ptr) {
+  const Pack<S, kVec> stored = load_pack<kVec>(ptr);
+  Pack<float, kVec> out;
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) out.values[e] = to_float(stored.values[e]);
+  return out;
+}
+
+template <int kVec, typename S>
+__device__ __forceinline__ void store_moments(S* ptr, const Pack<float, kVec>& values) {
+  Pack<S, kVec> stored;
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) stored.values[e] = from_float<S>(values.values[e]);
+  store_pack<kVec>(ptr, stored);
 }
 
 // Elements [start, end) of t, kVec at a time (16-byte loads of fp32 for kVec = 4), with kIlp packs in
-// flight per thread.
-template <typename C, int kVec>
+// flight per thread. Moments of type S: fp32, or bf16 (8 bytes fewer per parameter; the update itself
+// computes in fp32, with the moments as loaded, and rounds only what it stores).
+template <typename C, typename S, int kVec>
 __device__ __forceinline__ void update_range(const AdamWTensor& t, int64_t start, int64_t end, const AdamWMath& math,
                                              float clip_scale) {
+  const S* exp_avg = static_cast<const S*>(t.exp_avg);
+  const S* exp_avg_sq = static_cast<const S*>(t.exp_avg_sq);
   for (int64_t base = start + threadIdx.x * kVec; base < end; base += kThreads * kVec * kIlp) {
     Pack<float, kVec> p[kIlp], g[kIlp], m[kIlp], v[kIlp];
 #pragma unroll
@@ -123,8 +145,8 @@ __device__ __forceinline__ void update_range(const AdamWTensor& t, int64_t start
       const int64_t j = base + static_cast<int64_t>(k) * kThreads * kVec;
       if (j >= end) continue;
       p[k] = load_pack<kVec>(t.param + j);
-      m[k] = load_pack<kVec>(t.exp_avg + j);
-      v[k] = load_pack<kVec>(t.exp_avg_sq + j);
+      m[k] = load_moments<kVec>(exp_avg + j);
+      v[k] = load_moments<kVec>(exp_avg_sq + j);
 #pragma unroll
       for (int e = 0; e < kVec; ++e) g[k].values[e] = 0.0f;
       if (t.grad) g[k] = load_pack<kVec>(t.grad + j);
@@ -145,20 +167,17 @@ __device__ __forceinline__ void update_range(const AdamWTensor& t, int64_t start
         copy.values[e] = from_float<C>(p[k].values[e]);
       }
       store_pack<kVec>(t.param + j, p[k]);
-      store_pack<kVec>(t.exp_avg + j, m[k]);
-      store_pack<kVec>(t.exp_avg_sq + j, v[k]);
+      store_moments<kVec>(static_cast<S*>(t.exp_avg) + j, m[k]);
+      store_moments<kVec>(static_cast<S*>(t.exp_avg_sq) + j, v[k]);
       if (t.copy) store_pack<kVec>(static_cast<C*>(t.copy) + j, copy);
     }
   }
 }
 
-template <typename C>
+// Block b of the grid updates chunks b, b + gridDim.x, ...: one chunk each when the grid covers them all.
+template <typename C, typename S>
 __global__ void __launch_bounds__(kThreads)
     adamw_update_kernel(AdamWTensorList list, AdamWHyper hyper, const AdamWDeviceState* state) {
-  const int i = tensor_of_block(list, blockIdx.x);
-  const AdamWTensor& t = list.tensors[i];
-  const int64_t start = (blockIdx.x - list.first_block[i]) * kAdamWChunk;
-  const int64_t end = start + kAdamWChunk < t.numel ? start + kAdamWChunk : t.numel;
   const AdamWMath math{state->decay,
                        static_cast<float>(hyper.beta1),
                        static_cast<float>(1.0 - hyper.beta1),
@@ -167,11 +186,18 @@ __global__ void __launch_bounds__(kThreads)
                        static_cast<float>(hyper.eps),
                        state->step_size,
                        state->bias_correction2_sqrt};
-  // Chunks start at multiples of kAdamWChunk, a multiple of 4: aligned tensors stay aligned per chunk.
-  if (packs_fit<C, 4>(t)) {
-    update_range<C, 4>(t, start, end, math, state->clip_scale);
-  } else {
-    update_range<C, 1>(t, start, end, math, state->clip_scale);
+  const float clip_scale = state->clip_scale;
+  for (int64_t block = blockIdx.x; block < list.first_block[list.count]; block += gridDim.x) {
+    const int i = tensor_of_block(list, block);
+    const AdamWTensor& t = list.tensors[i];
+    const int64_t start = (block - list.first_block[i]) * kAdamWChunk;
+    const int64_t end = start + kAdamWChunk < t.numel ? start + kAdamWChunk : t.numel;
+    // Chunks start at multiples of kAdamWChunk, a multiple of 4: aligned tensors stay aligned per chunk.
+    if (packs_fit<C, S, 4>(t)) {
+      update_range<C, S, 4>(t, start, end, math, clip_scale);
+    } else {
+      update_range<C, S, 1>(t, start, end, math, clip_scale);
+    }
   }
 }
 
@@ -189,26 +215,45 @@ int64_t adamw_norm_partials(const AdamWTensorList* lists, int num_lists) {
   return total;
 }
 
-LaunchStatus adamw_step(const AdamWTensorList* lists, int num_lists, const AdamWHyper& hyper,
-                        AdamWDeviceState* state, float* partials, DType copy_dtype, void* stream) {
+LaunchStatus adamw_norm(const AdamWTensorList* lists, int num_lists, float* partials, DType copy_dtype, void* stream) {
   const gpuStream_t s = to_stream(stream);
-  const bool clip = hyper.max_grad_norm > 0.0;
-  int64_t num_partials = 0;
   dispatch_dtype(copy_dtype, [&](auto element) {
     using C = decltype(element);
-    if (clip) {
-      for (int l = 0; l < num_lists; ++l) {
-        const int64_t blocks = blocks_of(lists[l]);
-        if (blocks == 0) continue;
-        adamw_norm_kernel<C><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(lists[l], partials + num_partials);
-        num_partials += blocks;
-      }
-    }
-    adamw_prepare_kernel<<<1, kPrepareThreads, 0, s>>>(partials, num_partials, hyper, state);
     for (int l = 0; l < num_lists; ++l) {
       const int64_t blocks = blocks_of(lists[l]);
       if (blocks == 0) continue;
-      adamw_update_kernel<C><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(lists[l], hyper, state);
+      adamw_norm_kernel<C><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(lists[l], partials);
+      partials += blocks;
+    }
+  });
+  return last_launch_status();
+}
+
+LaunchStatus adamw_prepare(const float* partials, int64_t num_partials, const AdamWHyper& hyper,
+                           AdamWDeviceState* state, void* stream) {
+  adamw_prepare_kernel<<<1, kPrepareThreads, 0, to_stream(stream)>>>(partials, num_partials, hyper, state);
+  return last_launch_status();
+}
+
+LaunchStatus adamw_update(const AdamWTensorList* lists, int num_lists, const AdamWHyper& hyper,
+                          const AdamWDeviceState* state, DType copy_dtype, DType state_dtype, int64_t max_blocks,
+                          void* stream) {
+  const gpuStream_t s = to_stream(stream);
+  auto launch = [&](auto copy_element, auto state_element) {
+    using C = decltype(copy_element);
+    using S = decltype(state_element);
+    for (int l = 0; l < num_lists; ++l) {
+      int64_t blocks = blocks_of(lists[l]);
+      if (blocks == 0) continue;
+      if (max_blocks > 0 && blocks > max_blocks) blocks = max_blocks;
+      adamw_update_kernel<C, S><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(lists[l], hyper, state);
+    }
+  };
+  dispatch_dtype(copy_dtype, [&](auto copy_element) {
+    if (state_dtype == DType::kBFloat16) {
+      launch(copy_element, bf16{});
+    } else {
+      launch(copy_element, float{});
     }
   });
   return last_launch_status();

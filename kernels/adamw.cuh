@@ -18,8 +18,8 @@ struct AdamWTensor {
   float* param;        // fp32 master weights
   const float* grad;   // or nullptr
   const void* copy_grad;  // copy_dtype, or nullptr
-  float* exp_avg;
-  float* exp_avg_sq;
+  void* exp_avg;       // the moments, in the launch's state dtype (fp32 or bf16)
+  void* exp_avg_sq;
   void* copy;          // refreshed with the updated master, rounded to copy_dtype; or nullptr
   int64_t numel;
 };
@@ -61,10 +61,25 @@ struct AdamWHyper {
 // Blocks the squared-norm pass of `lists` writes partial sums for (one per chunk, all lists together).
 int64_t adamw_norm_partials(const AdamWTensorList* lists, int num_lists);
 
-// One step: with clipping, the squared-norm partials of every gradient (into `partials`, one per block)
-// and their fixed-order sum; the prepare kernel (step counter, bias corrections, clip scale); then the
-// update of every list, which also writes the compute copies. Deterministic: no atomics anywhere.
-LaunchStatus adamw_step(const AdamWTensorList* lists, int num_lists, const AdamWHyper& hyper,
-                        AdamWDeviceState* state, float* partials, DType copy_dtype, void* stream);
+// A step is three passes, launched separately so that an optimizer can run them for groups of parameters as
+// their gradients become final (apps/train/optimizer.cpp); each is bitwise the same arithmetic whether the
+// parameters go in one call or in several. Deterministic: no atomics anywhere.
+//
+// 1. With clipping: the squared-norm partial sums of every chunk of `lists`, written to partials[0, ...) in
+//    list order (one per block, adamw_norm_partials of them). A caller splitting the parameters offsets
+//    `partials` by the chunks of the parameters before them, so the partials land where one call puts them.
+LaunchStatus adamw_norm(const AdamWTensorList* lists, int num_lists, float* partials, DType copy_dtype, void* stream);
+// 2. One block: the step counter, this step's rate and bias corrections, and with clipping the global norm
+//    from all num_partials partials (summed in a fixed order) and the clip factor.
+LaunchStatus adamw_prepare(const float* partials, int64_t num_partials, const AdamWHyper& hyper,
+                           AdamWDeviceState* state, void* stream);
+// 3. The update of every parameter of `lists`, which also writes the compute copies, with the scalars the
+//    prepare pass left in `state`. max_blocks > 0 caps the grid (each block then walks several chunks): a
+//    smaller grid leaves room on the GPU for kernels running beside it.
+//    The moments are read and written in state_dtype: kFloat32, or kBFloat16 (the update computes in fp32 and
+//    rounds the new moments to nearest when it stores them).
+LaunchStatus adamw_update(const AdamWTensorList* lists, int num_lists, const AdamWHyper& hyper,
+                          const AdamWDeviceState* state, DType copy_dtype, DType state_dtype, int64_t max_blocks,
+                          void* stream);
 
 }  // namespace tt::kernels

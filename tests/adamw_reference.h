@@ -24,17 +24,19 @@ struct AdamWComparison {
 // `shapes` parameters drawn from `seed`; every step draws fresh gradients (shared by both optimizers).
 // With max_grad_norm > 0 LibTorch's side clips with tt::clip_grad_norm first. Gradients are scaled so
 // that clipping, when on, is active in every step.
+// Our moments are kept in moment_dtype (fp32, or bf16); LibTorch's always in fp32.
 inline AdamWComparison compare_with_torch_adamw(const std::vector<std::vector<int64_t>>& shapes,
                                                 const ops::AdamWHyperparameters& h, int steps,
-                                                const torch::Device& device, uint64_t seed = 1) {
+                                                const torch::Device& device, uint64_t seed = 1,
+                                                torch::Dtype moment_dtype = torch::kFloat32) {
   auto gen = at::detail::createCPUGenerator(seed);
   std::vector<torch::Tensor> ours, theirs, m, v;
   for (const auto& shape : shapes) {
     auto p = torch::randn(shape, gen);
     ours.push_back(p.clone().to(device));
     theirs.push_back(p.clone().to(device).requires_grad_(true));
-    m.push_back(torch::zeros(shape, torch::TensorOptions().device(device)));
-    v.push_back(torch::zeros(shape, torch::TensorOptions().device(device)));
+    m.push_back(torch::zeros(shape, torch::TensorOptions().device(device).dtype(moment_dtype)));
+    v.push_back(torch::zeros(shape, torch::TensorOptions().device(device).dtype(moment_dtype)));
   }
   torch::optim::AdamW reference(
       theirs, torch::optim::AdamWOptions(h.lr).betas({h.beta1, h.beta2}).eps(h.eps).weight_decay(h.weight_decay));
@@ -90,6 +92,23 @@ inline void expect_matches_torch_adamw(const std::vector<std::vector<int64_t>>& 
       }
     }
   }
+}
+
+// bf16 moments (training.optimizer_state_dtype): the same AdamW as LibTorch's fp32 one up to the moments'
+// rounding, over `steps` steps with weight decay and clipping. Each stored moment is off by at most half a bf16
+// ulp (2^-9 relative) per step; the parameters move by lr times an update off by about as much. The bounds sit
+// 3-5x above what 40 steps give, and far below what a moment that is not updated, or not rounded back, gives.
+inline void expect_bf16_moments_track_torch_adamw(const std::vector<std::vector<int64_t>>& shapes, int steps,
+                                                  const torch::Device& device) {
+  ops::AdamWHyperparameters h;
+  h.lr = 1e-2;
+  h.weight_decay = 0.1;
+  h.max_grad_norm = 1.0;
+  const auto r = compare_with_torch_adamw(shapes, h, steps, device, 1, torch::kBFloat16);
+  EXPECT_LT(r.max_param_rel, 2e-3);
+  EXPECT_GT(r.max_param_rel, 0.0) << "bf16 moments cannot give LibTorch's fp32 result exactly";
+  EXPECT_LT(r.max_moment_rel, 1e-2);
+  EXPECT_EQ(r.state[ops::kAdamWStep].item<float>(), static_cast<float>(steps));
 }
 
 // A bf16 compute copy's gradient joins its master's (the same steps as with the summed fp32 gradient), and the

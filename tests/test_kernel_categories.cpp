@@ -186,6 +186,18 @@ TEST(KernelCategories, BreakdownSumsToGpuBusyAndListsOtherKernels) {
   EXPECT_NEAR(b.other_kernels[0].second, 0.3, 1e-12);
 }
 
+// A profile with the union of the kernels' intervals (two streams at once): busy is the union, the categories
+// still add up to their own times, and the difference is shown as concurrent time.
+TEST(KernelCategories, KernelsOnTwoStreamsAtOnceCountOnceInGpuBusy) {
+  nlohmann::json r = profiled_result(4.0);
+  r["profile"]["gpu_busy_per_step_ms"] = 1.6;
+  const TimeBreakdown b = time_breakdown(r);
+  EXPECT_NEAR(b.gpu_busy_ms, 1.6, 1e-12);
+  EXPECT_NEAR(b.concurrent_ms, 2.1 - 1.6, 1e-12);
+  EXPECT_NEAR(b.host_gap_ms, 4.0 - 1.6, 1e-12);
+  EXPECT_EQ(time_breakdown(profiled_result(4.0)).concurrent_ms, 0.0) << "older results: no union, nothing concurrent";
+}
+
 TEST(KernelCategories, HostGapIsNeverNegative) {
   // Kernels on two streams overlap: their summed time can exceed the step.
   EXPECT_EQ(time_breakdown(profiled_result(1.0)).host_gap_ms, 0.0);

@@ -21,6 +21,8 @@ TEST(AdamWCpu, CopyGradientJoinsTheMastersAndCopiesAreTheRoundedMasters) {
   testing::expect_copy_gradients_join_and_copies_are_rounded_masters(64, 1, ops::AdamWHyperparameters{}, torch::kCPU);
 }
 
+TEST(AdamWCpu, Bf16MomentsTrackTorchAdamW) { testing::expect_bf16_moments_track_torch_adamw(kOddShapes, 40, torch::kCPU); }
+
 TEST(AdamWCpu, RejectsBadInputs) {
   auto p = torch::randn({4}), g = torch::randn({4}), m = torch::zeros({4}), v = torch::zeros({4});
   auto state = ops::adamw_state(torch::kCPU);
@@ -30,6 +32,10 @@ TEST(AdamWCpu, RejectsBadInputs) {
   expect_error([&] { ops::adamw_step({{p, g.to(torch::kBFloat16), {}, {}, m, v}}, state, h); }, "grad must be fp32");
   expect_error([&] { ops::adamw_step({{p, g, {}, {}, m, v}}, torch::zeros({2}), h); }, "adamw_state()");
   expect_error([&] { ops::adamw_step({{p, g, p.to(torch::kFloat64), {}, m, v}}, state, h); }, "BFloat16 or Half");
+  expect_error([&] { ops::adamw_step({{p, g, {}, {}, m.to(torch::kHalf), v.to(torch::kHalf)}}, state, h); },
+               "the moments must be contiguous fp32 or bf16 tensors");
+  expect_error([&] { ops::adamw_step({{p, g, {}, {}, m, v}, {p.clone(), g, {}, {}, m.to(torch::kBFloat16), v.to(torch::kBFloat16)}}, state, h); },
+               "every moment must have the same dtype");
   ops::AdamWHyperparameters bad = h;
   bad.beta2 = 1.0;
   expect_error([&] { ops::adamw_step({{p, g, {}, {}, m, v}}, state, bad); }, "beta2 must be in [0, 1)");

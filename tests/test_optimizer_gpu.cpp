@@ -52,6 +52,27 @@ TEST(AdamWGpu, CopiesAreTheRoundedMastersAndCopyGradientsJoin) {
   testing::expect_copy_gradients_join_and_copies_are_rounded_masters(40000, 5, h, kGpu);
 }
 
+TEST(AdamWGpu, Bf16MomentsTrackTorchAdamW) {
+  TT_REQUIRE_GPU();
+  testing::expect_bf16_moments_track_torch_adamw(many_odd_shapes(), 40, kGpu);
+}
+
+// The kernel's bf16 moments against the CPU formulation of the same arithmetic (kernels/ops/adamw.cpp): the
+// same parameters and moments, up to fp32 rounding differences (sqrt, division) that may tip a moment's
+// rounding to its neighbouring bf16 value.
+TEST(AdamWGpu, Bf16MomentsEqualTheCpuFormulation) {
+  TT_REQUIRE_GPU();
+  ops::AdamWHyperparameters h;
+  h.lr = 1e-2;
+  h.max_grad_norm = 1.0;
+  const auto gpu = compare_with_torch_adamw(many_odd_shapes(), h, 10, kGpu, 3, torch::kBFloat16);
+  const auto cpu = compare_with_torch_adamw(many_odd_shapes(), h, 10, torch::kCPU, 3, torch::kBFloat16);
+  EXPECT_NEAR(gpu.max_param_rel, cpu.max_param_rel, 1e-5);
+  EXPECT_NEAR(gpu.max_moment_rel, cpu.max_moment_rel, 1e-4);
+  EXPECT_NEAR(gpu.state[ops::kAdamWGradNorm].item<float>(), cpu.state[ops::kAdamWGradNorm].item<float>(),
+              1e-5 * cpu.state[ops::kAdamWGradNorm].item<float>());
+}
+
 TEST(AdamWGpu, IsBitwiseDeterministic) {
   TT_REQUIRE_GPU();
   ops::AdamWHyperparameters h;

@@ -36,6 +36,9 @@ TEST(Profiling, GpuHotspotsAddUpToTheProfiledGpuTime) {
   EXPECT_DOUBLE_EQ(p["total_gpu_us"].get<double>(), 75.0);  // CPU ops are not GPU time
   EXPECT_DOUBLE_EQ(p["total_us"].get<double>(), 75.0);
   EXPECT_DOUBLE_EQ(p["gpu_time_per_step_ms"].get<double>(), 0.0375);
+  // The copy ran during the first GEMM (two streams): busy counts that time once, the sum twice.
+  EXPECT_DOUBLE_EQ(p["gpu_busy_per_step_ms"].get<double>(), 0.035);
+  EXPECT_DOUBLE_EQ(p["gpu_concurrent_per_step_ms"].get<double>(), 0.0025);
   EXPECT_EQ(p["gpu_kernels"], 4);  // memcpy is GPU time but not a kernel launch
   EXPECT_DOUBLE_EQ(p["kernels_per_step"].get<double>(), 2.0);
   const auto& h = p["hotspots"];

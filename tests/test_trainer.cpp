@@ -540,3 +540,55 @@ TEST(TrainerCommandLine, UnwritableOutputsAreRefusedBeforeAnyStep) {
 
 }  // namespace
 }  // namespace tt
+
+namespace tt {
+namespace {
+
+// ---- Optimizer moments in bf16 (issue 27) -----------------------------------------------------------------
+
+// bf16 moments in v3 and v4: the losses follow the fp32-moment run closely but not bit for bit, the moments
+// are bf16 tensors, the result says so, and a checkpoint keeps them in bf16; v1 and v2 refuse them by name.
+TEST(OptimizerStateDtype, Bf16MomentsTrainCloseToFp32AndAreKeptInBf16) {
+  RunConfig c = resume_config();
+  for (const auto& spec : {stages::v3_custom(), stages::v4_ultra()}) {
+    SCOPED_TRACE(spec.name);
+    std::ostringstream log;
+    const auto fp32 = testing::train_result(spec, c, torch::kCPU, log);
+    RunConfig bf16_config = c;
+    bf16_config.training.optimizer_state_dtype = Precision::kBf16;
+    const auto dir = fresh_dir("tt_bf16_moments_" + spec.name);
+    const auto bf16 = run_until(spec, bf16_config, -1, dir.string());
+    ASSERT_EQ(bf16["losses"].size(), fp32["losses"].size());
+    int different = 0;
+    for (size_t i = 0; i < fp32["losses"].size(); ++i) {
+      const double a = bf16["losses"][i].get<double>(), b = fp32["losses"][i].get<double>();
+      EXPECT_NEAR(a, b, 1e-3 * b) << "step " << i;
+      different += a != b;
+    }
+    EXPECT_GT(different, 0) << "bf16 moments changed no loss: are they used?";
+    EXPECT_EQ(bf16["training"]["optimizer"]["state_dtype"], "bf16");
+    EXPECT_EQ(fp32["training"]["optimizer"]["state_dtype"], "fp32");
+    const int64_t last = c.training.warmup_steps + c.training.num_steps;
+    const Checkpoint ck = read_checkpoint(checkpoint_path(dir.string(), last));
+    for (const auto& [name, m] : ck.exp_avg) EXPECT_EQ(m.scalar_type(), torch::kBFloat16) << name;
+    // A resume must keep the checkpoint's moment dtype: the refusal names the field.
+    const std::string refusal = testing::error_of<ConfigError>(
+        [&] { check_resumable(ck, "ck.pt", spec.name, c, /*graphed=*/false); });
+    EXPECT_NE(refusal.find("training.optimizer_state_dtype: checkpoint has \"bf16\", this run has \"fp32\""),
+              std::string::npos)
+        << refusal;
+  }
+  RunConfig bad = c;
+  bad.training.optimizer_state_dtype = Precision::kBf16;
+  RunOptions o;
+  o.output = "unused.json";
+  for (const auto& spec : {stages::v1_baseline(), stages::v2_fused()}) {
+    const std::string refusal = testing::error_of<ConfigError>([&] { plan_run(spec, bad, o, {}); });
+    EXPECT_NE(refusal.find("\"training.optimizer_state_dtype\" = \"bf16\" is not allowed for " + spec.name),
+              std::string::npos)
+        << refusal;
+  }
+}
+
+}  // namespace
+}  // namespace tt

@@ -246,22 +246,27 @@ double draw_breakdown(Svg& svg, const Comparison& c, double y) {
            "font-size=\"12\" fill=\"#666\"");
   double row_y = draw_legend(svg, y + 56) + 16;
   double max_ms = 0;
-  for (const Row* r : rows) max_ms = std::max({max_ms, r->breakdown->step_ms, r->breakdown->gpu_busy_ms});
+  // A bar stacks the categories (busy + concurrent) and the host gap.
+  auto bar_ms = [](const TimeBreakdown& b) {
+    return std::max(b.step_ms, b.gpu_busy_ms + b.concurrent_ms + b.host_gap_ms);
+  };
+  for (const Row* r : rows) max_ms = std::max(max_ms, bar_ms(*r->breakdown));
   const double width = kBreakdownBarRight - kBarLeft;
   row_y = draw_stacked(
       svg, rows, row_y, "ms per step", [&](const TimeBreakdown&) { return max_ms > 0 ? width / max_ms : 0; },
       [](const TimeBreakdown& b) {
-        return strprintf("%.2f ms (GPU busy %.0f%%)", b.step_ms,
-                         b.step_ms > 0 ? 100.0 * b.gpu_busy_ms / b.step_ms : 0.0);
+        return strprintf("%.2f ms (GPU busy %.0f%%", b.step_ms, b.step_ms > 0 ? 100.0 * b.gpu_busy_ms / b.step_ms : 0.0) +
+               (b.concurrent_ms >= 0.005 ? strprintf("; %.2f ms of kernels ran beside others)", b.concurrent_ms)
+                                         : std::string(")"));
       });
   row_y = draw_stacked(
       svg, rows, row_y, "share of the step",
       [&](const TimeBreakdown& b) {
-        const double total = std::max(b.step_ms, b.gpu_busy_ms);
+        const double total = bar_ms(b);
         return total > 0 ? width / total : 0;
       },
-      [](const TimeBreakdown& b) {
-        const double total = std::max(b.step_ms, b.gpu_busy_ms);
+      [&](const TimeBreakdown& b) {
+        const double total = bar_ms(b);
         return strprintf("GEMM %.0f%%, host gap %.0f%%",
                          total > 0 ? 100.0 * b.ms_per_step[static_cast<size_t>(KernelCategory::kGemm)] / total : 0.0,
                          total > 0 ? 100.0 * b.host_gap_ms / total : 0.0);

@@ -117,21 +117,23 @@ std::string result_section(const Row& row, const Result& result) {
 // The stacked bars, then their numbers and the kernels the category rule left in "other".
 std::string time_breakdown_section(const Comparison& c) {
   std::string out = "<h2>Where the time goes</h2>\n" + time_breakdown_svg(c) +
-                    "<table><tr><th>stage</th><th>step ms</th><th>GPU busy ms</th>";
+                    "<table><tr><th>stage</th><th>step ms</th><th>GPU busy ms</th><th>concurrent ms</th>";
   for (auto cat : kernel_categories()) out += "<th>" + xml_escape(to_string(cat)) + "</th>";
   out += "<th>host gap</th></tr>\n";
   for (const auto& r : c.rows) {
     if (!r.breakdown) continue;
     const TimeBreakdown& b = *r.breakdown;
     out +=
-        "<tr><td>" + xml_escape(r.label) + "</td>" + strprintf("<td>%.3f</td><td>%.3f</td>", b.step_ms, b.gpu_busy_ms);
+        "<tr><td>" + xml_escape(r.label) + "</td>" + strprintf("<td>%.3f</td><td>%.3f</td><td>%.3f</td>", b.step_ms, b.gpu_busy_ms, b.concurrent_ms);
     for (auto cat : kernel_categories()) out += strprintf("<td>%.3f</td>", b.ms_per_step[static_cast<size_t>(cat)]);
     out += strprintf("<td>%.3f</td></tr>\n", b.host_gap_ms);
   }
   out +=
-      "</table>\n<p class=\"note\">ms per step. GPU busy: the profiled GPU activity per step (kernels, copies, "
-      "fills) from --profile, split by the kernel's name (apps/compare/kernel_categories.cpp); host gap: the median "
-      "step time minus GPU busy, the time the GPU waited for the host.</p>\n";
+      "</table>\n<p class=\"note\">ms per step. GPU busy: the time the GPU had any activity (kernels, copies, "
+      "fills) during the --profile steps, the union of their intervals; the categories split the activities' own "
+      "times by the kernel's name (apps/compare/kernel_categories.cpp) and add up to GPU busy + concurrent, where "
+      "concurrent is the time kernels ran beside others on a second stream (our optimizer overlapped with the "
+      "backward); host gap: the median step time minus GPU busy, the time the GPU waited for the host.</p>\n";
   for (const auto& r : c.rows) {
     if (!r.breakdown || r.breakdown->other_kernels.empty()) continue;
     out += "<details><summary>" + xml_escape(r.label) + ": " + std::to_string(r.breakdown->other_kernels.size()) +

@@ -135,6 +135,11 @@ TimeBreakdown time_breakdown(const nlohmann::json& result) {
   out.other_kernels.assign(other.begin(), other.end());
   std::stable_sort(out.other_kernels.begin(), out.other_kernels.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
+  if (profile.contains("gpu_busy_per_step_ms") && profile["gpu_busy_per_step_ms"].is_number()) {
+    const double kernels_ms = out.gpu_busy_ms;
+    out.gpu_busy_ms = std::min(kernels_ms, profile["gpu_busy_per_step_ms"].get<double>());
+    out.concurrent_ms = kernels_ms - out.gpu_busy_ms;
+  }
   out.step_ms = result.at("summary").at("step_ms").at("median").get<double>();
   out.host_gap_ms = std::max(0.0, out.step_ms - out.gpu_busy_ms);
   return out;

@@ -39,10 +39,14 @@ std::string short_kernel_name(const std::string& name, size_t width = 110);
 // One result's GPU time per step by category, from its "profile" object (GPU runs only).
 struct TimeBreakdown {
   double ms_per_step[kKernelCategoryCount] = {};
-  double gpu_busy_ms = 0;  // the sum of the categories: GPU activity per step (profile.gpu_time_per_step_ms)
+  // GPU activity per step: the union of the activities' intervals (profile.gpu_busy_per_step_ms; results
+  // written before it existed: the categories' sum).
+  double gpu_busy_ms = 0;
+  // The categories' sum less gpu_busy_ms: kernel time that ran beside other kernels, on a second stream (our
+  // optimizer overlapped with the backward). The categories add up to gpu_busy_ms + concurrent_ms.
+  double concurrent_ms = 0;
   double step_ms = 0;      // the measured steps' median (summary.step_ms.median)
-  // step_ms - gpu_busy_ms, at least 0: time the GPU waited for the host (launches, syncs). Kernels that
-  // overlap on two streams count twice in gpu_busy_ms, so this is a lower bound there.
+  // step_ms - gpu_busy_ms, at least 0: time the GPU waited for the host (launches, syncs).
   double host_gap_ms = 0;
   // Kernels in kOther by GPU time, largest first: name and ms per step (the rule's blind spots, shown).
   std::vector<std::pair<std::string, double>> other_kernels;

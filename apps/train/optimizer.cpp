@@ -1,5 +1,15 @@
 #include "apps/train/optimizer.h"
 
+#include <ATen/Context.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <cstdlib>
+#include <optional>
+
 #include "kernels/ops/adamw.h"
 
 namespace tt {
@@ -115,21 +125,36 @@ class FusedAdamW final : public Optimizer {
 // tt::ops::adamw_step: our multi-tensor kernel. Moments and the step counter live on the device, so a
 // captured graph replays the whole update, clipping included; in bf16 stages with compute copies the same
 // pass writes the copies the next forward reads, and the copies' gradients join their masters'.
+//
+// With options.overlap the update runs during the backward. The parameters split into ranges: one per
+// transformer layer, and the rest (embedding, final norm, output head) between them. Before the backward that
+// gives the step's gradients, a hook goes on the gradient accumulator of every leaf the forward used (the
+// master, or in bf16 runs its compute copy); when the last leaf of a layer has its gradient, the hook starts
+// that layer's pass on a second stream, after everything the backward has queued so far, so that it runs
+// beside the earlier layers' backward GEMMs. step() joins the second stream and runs what is left.
+// Without clipping the pass is the whole update: the step's scalars (adamw_prepare) do not depend on the
+// gradients and are prepared on the second stream first. With clipping every update needs the global norm,
+// known only after the whole backward: the layers' squared-norm partial sums overlap, and the updates all
+// follow the norm, as without overlap. Either way the arithmetic is adamw_step's, bit for bit (the passes of
+// kernels/ops/adamw.h). On the CPU there is no second stream: a layer's pass runs inside its hook.
 class OurAdamW final : public Optimizer {
  public:
   OurAdamW(const Transformer& model, const AdamWOptions& o)
       : Optimizer(model->parameters()),
         copies_(model->compute_copies()),
         hyper_{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.max_grad_norm, o.schedule},
-        state_(ops::adamw_state(params_.empty() ? torch::Device(torch::kCPU) : params_.front().device())) {
+        state_(ops::adamw_state(params_.empty() ? torch::Device(torch::kCPU) : params_.front().device())),
+        overlap_(o.overlap) {
     for (const auto& p : params_) {
-      exp_avgs_.push_back(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
-      exp_avg_sqs_.push_back(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
+      const auto moments = p.options().dtype(o.state_dtype);
+      exp_avgs_.push_back(torch::zeros_like(p, moments, torch::MemoryFormat::Contiguous));
+      exp_avg_sqs_.push_back(torch::zeros_like(p, moments, torch::MemoryFormat::Contiguous));
       torch::Tensor copy;
       for (const auto& c : copies_)
         if (c.master.is_same(p)) copy = c.copy;
       copy_of_.push_back(copy);
     }
+    if (overlap_) plan_overlap(model);
   }
 
   void zero_grad() override {
@@ -137,16 +162,49 @@ class OurAdamW final : public Optimizer {
     for (auto& c : copies_) c.copy.mutable_grad() = torch::Tensor();
   }
 
-  void step() override {
-    std::vector<ops::AdamWParam> list;
-    list.reserve(params_.size());
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const auto& copy = copy_of_[i];
-      list.push_back({params_[i], params_[i].grad(), copy, copy.defined() ? copy.grad() : torch::Tensor(),
-                      exp_avgs_[i], exp_avg_sqs_[i]});
+  void before_last_backward() override {
+    if (!overlap_) return;
+    disarm();
+    armed_ = true;
+    for (auto& r : ranges_) r.pending = 0, r.done = false;
+    if (!clipping()) {
+      on_side([&] { ops::adamw_prepare(partials_, state_, hyper_); });
+      set_carveout(true);
     }
+    for (size_t r = 0; r < ranges_.size(); ++r) {
+      if (!ranges_[r].layer) continue;
+      for (size_t i = ranges_[r].begin; i < ranges_[r].end; ++i)
+        for (const auto* leaf : {&params_[i], &copy_of_[i]}) {
+          if (!leaf->defined()) continue;
+          auto accumulator = torch::autograd::impl::try_get_grad_accumulator(*leaf);
+          if (!accumulator) continue;  // this forward did not use the leaf: no gradient comes
+          ++ranges_[r].pending;
+          accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+              [this, r, armed_as = generation_](const torch::autograd::variable_list& outputs,
+                                                const torch::autograd::variable_list&) {
+                if (armed_as == generation_ && --ranges_[r].pending == 0) on_side([&] { run_pass(r); });
+                return outputs;
+              }));
+          accumulators_.push_back(std::move(accumulator));
+        }
+    }
+  }
+
+  void step() override {
     torch::NoGradGuard no_grad;
-    ops::adamw_step(list, state_, hyper_);
+    if (!armed_) {
+      ops::adamw_step(param_list(), state_, hyper_);
+      return;
+    }
+    join_side();
+    if (!clipping()) set_carveout(false);
+    for (size_t r = 0; r < ranges_.size(); ++r)
+      if (!ranges_[r].done) run_pass(r);
+    if (clipping()) {
+      ops::adamw_prepare(partials_, state_, hyper_);
+      ops::adamw_update(param_list(), 0, params_.size(), state_, hyper_);
+    }
+    disarm();
   }
 
   torch::Tensor exp_avg(size_t i) const override { return exp_avgs_[i]; }
@@ -163,11 +221,125 @@ class OurAdamW final : public Optimizer {
   }
 
  private:
+  // Consecutive parameters: one transformer layer's (started by hooks), or the rest between layers.
+  struct Range {
+    size_t begin = 0, end = 0;
+    bool layer = false;
+    int pending = 0;    // leaves still waiting for their gradient in this backward
+    bool done = false;  // this step's pass has been launched
+  };
+
+  bool clipping() const { return hyper_.max_grad_norm > 0; }
+
+  // The list adamw_step takes, with the gradients as they are now.
+  std::vector<ops::AdamWParam> param_list() const {
+    std::vector<ops::AdamWParam> list;
+    list.reserve(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto& copy = copy_of_[i];
+      list.push_back({params_[i], params_[i].grad(), copy, copy.defined() ? copy.grad() : torch::Tensor(),
+                      exp_avgs_[i], exp_avg_sqs_[i]});
+    }
+    return list;
+  }
+
+  void plan_overlap(const Transformer& model) {
+    const auto named = model->named_parameters(/*recurse=*/true);
+    TORCH_CHECK(named.size() == params_.size(), "OurAdamW: the model's parameter list changed");
+    std::string current;
+    for (size_t i = 0; i < named.size(); ++i) {
+      const std::string& name = named[i].key();  // layers.<i>.attention.wq.weight, ...
+      const std::string layer = name.rfind("layers.", 0) == 0 ? name.substr(0, name.find('.', 7)) : "";
+      if (ranges_.empty() || layer != current) ranges_.push_back({i, i, !layer.empty()});
+      ranges_.back().end = i + 1;
+      current = layer;
+    }
+    partials_ = ops::adamw_partials(param_list(), state_);
+    if (params_.empty() || params_.front().is_cpu()) return;
+    const c10::impl::VirtualGuardImpl impl(params_.front().device().type());
+    side_ = impl.getStreamFromGlobalPool(params_.front().device(), /*isHighPriority=*/false);
+    sm_carveout_ = knob("TT_ADAMW_OVERLAP_SMS");
+    max_blocks_ = knob("TT_ADAMW_OVERLAP_BLOCKS");
+  }
+
+  // Range r's pass on the current stream: its norm partials with clipping, its update without.
+  void run_pass(size_t r) {
+    torch::NoGradGuard no_grad;
+    const auto list = param_list();
+    if (clipping()) {
+      ops::adamw_norm(list, ranges_[r].begin, ranges_[r].end, partials_);
+    } else {
+      ops::adamw_update(list, ranges_[r].begin, ranges_[r].end, state_, hyper_, max_blocks_);
+    }
+    ranges_[r].done = true;
+  }
+
+  // fn's kernels on the second stream, after everything queued on the current one (inline on the CPU).
+  template <class Fn>
+  void on_side(Fn&& fn) {
+    if (!side_) return fn();
+    const c10::impl::VirtualGuardImpl impl(side_->device_type());
+    c10::Event ready(side_->device_type());
+    ready.record(impl.getStream(side_->device()));
+    ready.block(*side_);
+    const c10::StreamGuard on(*side_);
+    fn();
+  }
+
+  // The current stream waits for everything queued on the second one.
+  void join_side() {
+    if (!side_) return;
+    const c10::impl::VirtualGuardImpl impl(side_->device_type());
+    c10::Event done(side_->device_type());
+    done.record(*side_);
+    done.block(impl.getStream(side_->device()));
+  }
+
+  void disarm() {
+    accumulators_.clear();  // the hooks go with them: the backward's graph held the only other references
+    ++generation_;          // and hooks on an accumulator still alive elsewhere do nothing
+    armed_ = false;
+  }
+
+  // Measurement knobs (docs/training.md), read once: TT_ADAMW_OVERLAP_SMS=N keeps the backward's cuBLAS
+  // GEMMs off N SMs while the update runs beside them; TT_ADAMW_OVERLAP_BLOCKS=M caps each overlapped update
+  // kernel at M blocks (0 or unset: one block per chunk).
+  static int64_t knob(const char* name) {
+    const char* value = std::getenv(name);
+    if (!value || !*value) return 0;
+    char* end = nullptr;
+    const long long n = std::strtoll(value, &end, 10);
+    TORCH_CHECK(*end == '\0' && n >= 0, name, "='", value, "' is not allowed: must be a whole number >= 0");
+    return n;
+  }
+
+  // The backward's GEMMs leave sm_carveout_ SMs to the update (ATen's cuBLAS SM-count target); step() undoes it.
+  void set_carveout(bool on) {
+    if (sm_carveout_ == 0) return;
+    if (on) {
+      saved_carveout_ = at::globalContext()._SMCarveout_EXPERIMENTAL();
+      at::globalContext()._setSMCarveout_EXPERIMENTAL(static_cast<int32_t>(sm_carveout_));
+    } else {
+      at::globalContext()._setSMCarveout_EXPERIMENTAL(saved_carveout_);
+    }
+  }
+
   std::vector<TransformerImpl::ComputeCopy> copies_;
   std::vector<torch::Tensor> copy_of_;  // per parameter: its compute copy, or undefined
   ops::AdamWHyperparameters hyper_;
   torch::Tensor state_;
   std::vector<torch::Tensor> exp_avgs_, exp_avg_sqs_;
+  // Overlap (options.overlap).
+  bool overlap_;
+  std::vector<Range> ranges_;
+  torch::Tensor partials_;  // the norm pass's partial sums, written range by range
+  std::optional<c10::Stream> side_;
+  int64_t max_blocks_ = 0;
+  int64_t sm_carveout_ = 0;
+  std::optional<int32_t> saved_carveout_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // this step's hooked ones
+  uint64_t generation_ = 0;
+  bool armed_ = false;
 };
 
 }  // namespace
@@ -185,6 +357,9 @@ LrSchedule lr_schedule_of(const TrainConfig& t) {
 }
 
 std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const Transformer& model, const AdamWOptions& options) {
+  TORCH_CHECK(options.state_dtype == torch::kFloat32 || kind == OptimizerKind::kOurAdamW,
+              "optimizer moments in ", options.state_dtype, " need ", implementation(OptimizerKind::kOurAdamW).name,
+              "; the stage chose ", implementation(kind).name, ", which keeps them in fp32");
   TORCH_CHECK(model->compute_copies().empty() || kind == OptimizerKind::kOurAdamW,
               "the model has compute copies, which only ", implementation(OptimizerKind::kOurAdamW).name,
               " writes; the stage chose ", implementation(kind).name);

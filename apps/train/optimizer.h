@@ -23,8 +23,21 @@ struct AdamWOptions {
   double lr = 3e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   double max_grad_norm = 0.0;  // 0: no clipping
   LrSchedule schedule;         // its peak_lr is lr; the default is lr at every step
+  // Our AdamW only: update each transformer layer's parameters during the backward, as soon as their
+  // gradients are final (see OverlappedUpdate in optimizer.cpp). Bitwise the same arithmetic either way.
+  bool overlap = false;
+  // Our AdamW only: the moments' dtype, kFloat32 or kBFloat16; the other kinds keep fp32 moments.
+  torch::Dtype state_dtype = torch::kFloat32;
   static AdamWOptions from(const TrainConfig& t) {
-    return {t.learning_rate, t.beta1, t.beta2, t.adam_eps, t.weight_decay, t.grad_clip, lr_schedule_of(t)};
+    return {t.learning_rate,
+            t.beta1,
+            t.beta2,
+            t.adam_eps,
+            t.weight_decay,
+            t.grad_clip,
+            lr_schedule_of(t),
+            t.optimizer_overlap,
+            t.optimizer_state_dtype == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat32};
   }
   // The learning rate of optimizer step `step` (1-based).
   double lr_at_step(int64_t step) const {
@@ -42,6 +55,10 @@ class Optimizer {
   // Clips the gradients when max_grad_norm > 0 (without a host sync), then updates every parameter with
   // the schedule's learning rate for this step (the step count + 1 before the call).
   virtual void step() = 0;
+  // Called after the forward whose backward gives this step's gradients (the last micro-batch's), before
+  // that backward. An optimizer that overlaps its update with the backward starts it from there, and step()
+  // finishes it. The default does nothing: the whole update waits for step().
+  virtual void before_last_backward() {}
   // Moments of parameter i (shaped like it; undefined before the first step) and the step count.
   virtual torch::Tensor exp_avg(size_t i) const = 0;
   virtual torch::Tensor exp_avg_sq(size_t i) const = 0;

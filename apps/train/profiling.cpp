@@ -119,6 +119,26 @@ nlohmann::json summarize_profile(const std::vector<ProfiledEvent>& events, int64
   } else {
     add_cpu_self_times(events, totals);
   }
+  // GPU busy: the union of the activities' intervals. Kernels on two streams at once (the optimizer overlapped
+  // with the backward) count once here and twice in the sum of their times.
+  double busy_ns = 0;
+  if (gpu) {
+    std::vector<std::pair<int64_t, int64_t>> spans;
+    for (const auto& e : events)
+      if (e.kind != EventKind::kCpuOp && e.end_ns >= e.start_ns) spans.emplace_back(e.start_ns, e.end_ns);
+    std::sort(spans.begin(), spans.end());
+    int64_t open_start = 0, open_end = 0;
+    bool open = false;
+    for (const auto& [start, end] : spans) {
+      if (open && start <= open_end) {
+        open_end = std::max(open_end, end);
+        continue;
+      }
+      if (open) busy_ns += static_cast<double>(open_end - open_start);
+      open_start = start, open_end = end, open = true;
+    }
+    if (open) busy_ns += static_cast<double>(open_end - open_start);
+  }
   double total_ns = 0, communication_ns = 0;
   for (const auto& [key, t] : totals) {
     total_ns += t.total_ns;
@@ -147,6 +167,8 @@ nlohmann::json summarize_profile(const std::vector<ProfiledEvent>& events, int64
       {"total_us", total_ns / 1e3},
       {"total_gpu_us", gpu ? nlohmann::json(total_ns / 1e3) : nlohmann::json(nullptr)},
       {"gpu_time_per_step_ms", gpu ? nlohmann::json(total_ns / 1e6 / n) : nlohmann::json(nullptr)},
+      {"gpu_busy_per_step_ms", gpu ? nlohmann::json(busy_ns / 1e6 / n) : nlohmann::json(nullptr)},
+      {"gpu_concurrent_per_step_ms", gpu ? nlohmann::json((total_ns - busy_ns) / 1e6 / n) : nlohmann::json(nullptr)},
       {"gpu_kernels", kernels},
       {"kernels_per_step", gpu ? nlohmann::json(static_cast<double>(kernels) / n) : nlohmann::json(nullptr)},
       {"communication_ms_per_step", gpu ? nlohmann::json(communication_ns / 1e6 / n) : nlohmann::json(nullptr)},

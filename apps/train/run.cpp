@@ -128,6 +128,18 @@ RunPlan plan_run(const StageSpec& stage, const RunConfig& config, const RunOptio
   RunPlan p;
   p.spec = effective_stage(stage, options, dist);
   p.config = config;
+  if (p.config.training.optimizer_state_dtype != Precision::kFp32 && p.spec.optimizer != OptimizerKind::kOurAdamW)
+    throw ConfigError(std::string("config: field \"training.optimizer_state_dtype\" = \"") +
+                      to_string(p.config.training.optimizer_state_dtype) + "\" is not allowed for " + p.spec.name +
+                      ", whose optimizer (" + implementation(p.spec.optimizer).name +
+                      ") keeps fp32 moments: bf16 moments are our AdamW's (v3_custom, v4_ultra)");
+  // The overlap is our AdamW's, and data parallel must all-reduce a gradient before any update reads it.
+  if (p.config.training.optimizer_overlap && (dist.enabled || p.spec.optimizer != OptimizerKind::kOurAdamW)) {
+    p.config.training.optimizer_overlap = false;
+    p.spec.summary += dist.enabled ? "; this run: the optimizer updates after the backward (data parallel "
+                                     "all-reduces the gradients first)"
+                                   : "";
+  }
   p.options = options;
   p.dist = dist;
   check_data_parallel_options(dist, p.spec, config, options);

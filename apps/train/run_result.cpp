@@ -104,6 +104,11 @@ nlohmann::json build_result(const Trainer& trainer, const RunRecord& record, con
       {"tokens_per_step", rows_per_step * t.seq_len},
       {"optimizer", {{"name", "AdamW"}, {"lr", t.learning_rate}, {"betas", {t.beta1, t.beta2}}, {"eps", t.adam_eps},
                      {"weight_decay", t.weight_decay}, {"grad_clip", t.grad_clip},
+                     {"state_dtype", to_string(t.optimizer_state_dtype)},
+                     {"overlap", t.optimizer_overlap ? (t.grad_clip > 0 ? "each layer's gradient-norm pass during "
+                                                                          "the backward, the updates after it"
+                                                                        : "each layer updated during the backward")
+                                                     : "none: the update follows the backward"},
                      {"lr_schedule", {{"kind", t.lr_schedule}, {"peak_lr", t.learning_rate}, {"min_lr", t.min_lr},
                                       {"lr_warmup_steps", t.lr_warmup_steps},
                                       {"total_steps", t.warmup_steps + t.num_steps}}}}},

@@ -60,6 +60,7 @@ torch::Tensor EagerStep::step(const torch::Tensor& inputs, const torch::Tensor& 
     // Not applied for k = 1, whose step stays the plain one, bit for bit.
     if (k > 1) loss = loss / static_cast<double>(k);
     hooks_->before_backward(loss, last);
+    if (last) optimizer_.before_last_backward();  // an overlapping optimizer starts during this backward
     backward(loss);
     if (phases) phases->mark(kAfterBackward);
     total = i == 0 ? loss.detach() : total + loss.detach();

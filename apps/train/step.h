@@ -44,7 +44,8 @@ class StepHooks {
 };
 
 // The step op by op, as LibTorch's autograd runs it: forward (bf16 autocast under Precision::kBf16),
-// backward, optimizer (which clips the gradients when configured to), gradients reset to none.
+// backward, optimizer (which clips the gradients when configured to, and may have started its update during
+// the last backward: Optimizer::before_last_backward), gradients reset to none.
 // With gradient accumulation (accum_steps k > 1) the batch holds k micro-batches of rows in order; each
 // runs forward and backward with its loss scaled by 1/k, the gradients add up on the parameters, and one
 // optimizer step follows: the step of one batch of all k micro-batches' rows, at the memory of one.

@@ -115,7 +115,9 @@ int64_t Trainer::resume(const Checkpoint& ck) {
 }
 
 const std::vector<std::string>& resumable_changes() {
-  static const std::vector<std::string> fields = {"training.num_steps", "training.log_every"};
+  // The overlap changes when the update runs, not what it computes (bitwise): a resume may switch it.
+  static const std::vector<std::string> fields = {"training.num_steps", "training.log_every",
+                                                  "training.optimizer_overlap"};
   return fields;
 }
 

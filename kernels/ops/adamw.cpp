@@ -21,7 +21,7 @@ void check_same_shape(size_t i, const char* what, const torch::Tensor& t, const 
               t.device(), " but the master weight is on ", master.device());
 }
 
-void check_inputs(const std::vector<AdamWParam>& params, const torch::Tensor& state, const AdamWHyperparameters& h) {
+void check_hyper(const torch::Tensor& state, const AdamWHyperparameters& h) {
   TORCH_CHECK(h.lr > 0 && std::isfinite(h.lr), "tt::ops::adamw_step: lr must be finite and > 0, got ", h.lr);
   TORCH_CHECK(h.beta1 >= 0 && h.beta1 < 1, "tt::ops::adamw_step: beta1 must be in [0, 1), got ", h.beta1);
   TORCH_CHECK(h.beta2 >= 0 && h.beta2 < 1, "tt::ops::adamw_step: beta2 must be in [0, 1), got ", h.beta2);
@@ -38,18 +38,31 @@ void check_inputs(const std::vector<AdamWParam>& params, const torch::Tensor& st
   TORCH_CHECK(state.defined() && state.scalar_type() == torch::kFloat32 && state.numel() == kAdamWStateSize &&
                   state.is_contiguous(),
               "tt::ops::adamw_step: state must be the fp32 tensor of ", kAdamWStateSize, " elements from adamw_state()");
+  // The build must have GPU kernels for GPU tensors (the state's fp32 dtype is one the kernels take).
+  if (!state.is_cpu()) detail::check_gpu_input("adamw_step", "the optimizer state", state);
+}
+
+// Parameters [begin, end) of the list, on `device`.
+void check_params(const std::vector<AdamWParam>& params, size_t begin, size_t end, const torch::Device& device) {
+  TORCH_CHECK(begin <= end && end <= params.size(), "tt::ops::adamw_step: parameters [", begin, ", ", end,
+              ") are not a range of the ", params.size(), " given");
   torch::ScalarType copy_dtype = torch::kFloat32;
-  for (size_t i = 0; i < params.size(); ++i) {
+  const torch::ScalarType state_dtype = begin < end ? params[begin].exp_avg.scalar_type() : torch::kFloat32;
+  for (size_t i = begin; i < end; ++i) {
     const auto& p = params[i];
     TORCH_CHECK(p.master.defined() && p.master.scalar_type() == torch::kFloat32 && p.master.is_contiguous(),
                 "tt::ops::adamw_step: parameter ", i, ": the master weight must be a contiguous fp32 tensor");
-    TORCH_CHECK(p.master.device() == state.device(), "tt::ops::adamw_step: parameter ", i, " is on ",
-                p.master.device(), " but the state is on ", state.device());
+    TORCH_CHECK(p.master.device() == device, "tt::ops::adamw_step: parameter ", i, " is on ",
+                p.master.device(), " but the state is on ", device);
     TORCH_CHECK(p.grad.defined() || p.copy_grad.defined(), "tt::ops::adamw_step: parameter ", i, " (shape ",
                 p.master.sizes(), ") has no gradient; every parameter must receive one");
     for (const auto* moment : {&p.exp_avg, &p.exp_avg_sq}) {
-      TORCH_CHECK(moment->defined() && moment->scalar_type() == torch::kFloat32 && moment->is_contiguous(),
-                  "tt::ops::adamw_step: parameter ", i, ": the moments must be contiguous fp32 tensors");
+      TORCH_CHECK(moment->defined() && moment->is_contiguous() &&
+                      (moment->scalar_type() == torch::kFloat32 || moment->scalar_type() == torch::kBFloat16),
+                  "tt::ops::adamw_step: parameter ", i, ": the moments must be contiguous fp32 or bf16 tensors");
+      TORCH_CHECK(moment->scalar_type() == state_dtype, "tt::ops::adamw_step: parameter ", i, ": a moment is ",
+                  moment->scalar_type(), " but the first parameter's are ", state_dtype,
+                  "; every moment must have the same dtype");
       check_same_shape(i, "a moment", *moment, p.master);
     }
     if (p.grad.defined()) {
@@ -77,8 +90,6 @@ void check_inputs(const std::vector<AdamWParam>& params, const torch::Tensor& st
       check_same_shape(i, "copy_grad", p.copy_grad, p.master);
     }
   }
-  // The build must have GPU kernels for GPU tensors (the state's fp32 dtype is one the kernels take).
-  if (!state.is_cpu()) detail::check_gpu_input("adamw_step", "the optimizer state", state);
 }
 
 // ---- ATen formulation (CPU) -----------------------------------------------------------------------
@@ -90,16 +101,21 @@ torch::Tensor gradient_of(const AdamWParam& p) {
   return g;
 }
 
-void step_aten(const std::vector<AdamWParam>& params, const torch::Tensor& state, const AdamWHyperparameters& h) {
+// One partial per parameter: the sum of its squared gradient, as a float.
+void norm_aten(const std::vector<AdamWParam>& params, size_t begin, size_t end, const torch::Tensor& partials) {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> grads;
-  for (const auto& p : params) grads.push_back(gradient_of(p).contiguous());
+  auto sums = partials.accessor<float, 1>();
+  for (size_t i = begin; i < end; ++i) sums[i] = gradient_of(params[i]).contiguous().pow(2).sum().item<float>();
+}
+
+void prepare_aten(const torch::Tensor& partials, const torch::Tensor& state, const AdamWHyperparameters& h) {
   auto s = state.accessor<float, 1>();
   float clip_scale = 1.0f;
   s[kAdamWGradNorm] = 0.0f;  // as on the GPU: the norm is computed only for clipping
   if (h.max_grad_norm > 0) {
+    const auto sums = partials.accessor<float, 1>();
     float sum = 0.0f;
-    for (const auto& g : grads) sum += g.pow(2).sum().item<float>();
+    for (int64_t i = 0; i < partials.numel(); ++i) sum += sums[i];
     const float norm = std::sqrt(sum);
     s[kAdamWGradNorm] = norm;
     clip_scale = std::min(1.0f, static_cast<float>(h.max_grad_norm) / (norm + 1e-6f));
@@ -110,23 +126,33 @@ void step_aten(const std::vector<AdamWParam>& params, const torch::Tensor& state
   const double bias_correction1 = 1.0 - std::pow(h.beta1, static_cast<double>(step));
   const double bias_correction2 = 1.0 - std::pow(h.beta2, static_cast<double>(step));
   const double lr = lr_at(h.lr_schedule(), static_cast<double>(step));
-  const auto step_size = static_cast<float>(lr / bias_correction1);
-  const auto bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  const auto decay = static_cast<float>(1.0 - lr * h.weight_decay);
-  s[kAdamWStepSize] = step_size;
-  s[kAdamWBiasCorrection2Sqrt] = bias_correction2_sqrt;
+  s[kAdamWStepSize] = static_cast<float>(lr / bias_correction1);
+  s[kAdamWBiasCorrection2Sqrt] = static_cast<float>(std::sqrt(bias_correction2));
   s[kAdamWLr] = static_cast<float>(lr);
-  s[kAdamWDecay] = decay;
+  s[kAdamWDecay] = static_cast<float>(1.0 - lr * h.weight_decay);
+}
+
+void update_aten(const std::vector<AdamWParam>& params, size_t begin, size_t end, const torch::Tensor& state,
+                 const AdamWHyperparameters& h) {
+  torch::NoGradGuard no_grad;
+  const auto s = state.accessor<float, 1>();
+  const float clip_scale = s[kAdamWClipScale], step_size = s[kAdamWStepSize];
+  const float bias_correction2_sqrt = s[kAdamWBiasCorrection2Sqrt], decay = s[kAdamWDecay];
   const auto beta1 = static_cast<float>(h.beta1), beta2 = static_cast<float>(h.beta2);
   const auto one_minus_beta1 = static_cast<float>(1.0 - h.beta1), one_minus_beta2 = static_cast<float>(1.0 - h.beta2);
-  for (size_t i = 0; i < params.size(); ++i) {
+  for (size_t i = begin; i < end; ++i) {
     const auto& p = params[i];
-    auto g = grads[i] * clip_scale;
+    auto g = gradient_of(p).contiguous() * clip_scale;
     p.master.mul_(decay);
-    p.exp_avg.mul_(beta1).add_(g * one_minus_beta1);
-    p.exp_avg_sq.mul_(beta2).add_(g * g * one_minus_beta2);
-    auto denom = p.exp_avg_sq.sqrt() / bias_correction2_sqrt + static_cast<float>(h.eps);
-    p.master.sub_(p.exp_avg * step_size / denom);
+    // In fp32 (bf16 moments: from their stored values; the new ones are rounded only where they are stored,
+    // as the GPU kernel does). For fp32 moments .to() is the tensor itself, updated in place.
+    auto m = p.exp_avg.to(torch::kFloat32), v = p.exp_avg_sq.to(torch::kFloat32);
+    m.mul_(beta1).add_(g * one_minus_beta1);
+    v.mul_(beta2).add_(g * g * one_minus_beta2);
+    auto denom = v.sqrt() / bias_correction2_sqrt + static_cast<float>(h.eps);
+    p.master.sub_(m * step_size / denom);
+    if (!m.is_same(p.exp_avg)) p.exp_avg.copy_(m);
+    if (!v.is_same(p.exp_avg_sq)) p.exp_avg_sq.copy_(v);
     if (p.copy.defined()) p.copy.copy_(p.master);
   }
 }
@@ -137,11 +163,17 @@ void step_aten(const std::vector<AdamWParam>& params, const torch::Tensor& state
 static_assert(sizeof(kernels::AdamWDeviceState) == kAdamWStateSize * sizeof(float),
               "the state tensor must mirror kernels::AdamWDeviceState");
 
-void step_gpu(const std::vector<AdamWParam>& params, const torch::Tensor& state, const AdamWHyperparameters& h) {
-  c10::DeviceGuard guard(state.device());
+int64_t chunks_of(const AdamWParam& p) {
+  return (p.master.numel() + kernels::kAdamWChunk - 1) / kernels::kAdamWChunk;
+}
+
+// params[begin, end) as launch lists, and the dtype of their compute copies (fp32 when they have none).
+std::vector<kernels::AdamWTensorList> lists_of(const std::vector<AdamWParam>& params, size_t begin, size_t end,
+                                               kernels::DType* copy_dtype) {
   std::vector<kernels::AdamWTensorList> lists;
-  auto copy_dtype = kernels::DType::kFloat32;
-  for (const auto& p : params) {
+  *copy_dtype = kernels::DType::kFloat32;
+  for (size_t i = begin; i < end; ++i) {
+    const auto& p = params[i];
     if (lists.empty() || lists.back().count == kernels::kAdamWTensorsPerLaunch) {
       lists.emplace_back();
       lists.back().count = 0;
@@ -152,25 +184,85 @@ void step_gpu(const std::vector<AdamWParam>& params, const torch::Tensor& state,
     t.param = p.master.data_ptr<float>();
     t.grad = p.grad.defined() ? p.grad.data_ptr<float>() : nullptr;
     t.copy_grad = p.copy_grad.defined() ? p.copy_grad.data_ptr() : nullptr;
-    t.exp_avg = p.exp_avg.data_ptr<float>();
-    t.exp_avg_sq = p.exp_avg_sq.data_ptr<float>();
+    t.exp_avg = p.exp_avg.data_ptr();
+    t.exp_avg_sq = p.exp_avg_sq.data_ptr();
     t.copy = p.copy.defined() ? p.copy.data_ptr() : nullptr;
     t.numel = p.master.numel();
-    if (p.copy.defined()) copy_dtype = detail::kernel_dtype(p.copy.scalar_type());
-    list.first_block[list.count + 1] = list.first_block[list.count] + (t.numel + kernels::kAdamWChunk - 1) / kernels::kAdamWChunk;
+    if (p.copy.defined()) *copy_dtype = detail::kernel_dtype(p.copy.scalar_type());
+    list.first_block[list.count + 1] = list.first_block[list.count] + chunks_of(p);
     ++list.count;
   }
-  const kernels::AdamWHyper hyper{h.lr_schedule(), h.beta1, h.beta2, h.eps, h.weight_decay, h.max_grad_norm};
-  const int64_t num_partials =
-      h.max_grad_norm > 0 ? kernels::adamw_norm_partials(lists.data(), static_cast<int>(lists.size())) : 0;
-  auto partials = torch::empty({std::max<int64_t>(num_partials, 1)}, state.options());
+  return lists;
+}
+
+kernels::AdamWHyper kernel_hyper(const AdamWHyperparameters& h) {
+  return {h.lr_schedule(), h.beta1, h.beta2, h.eps, h.weight_decay, h.max_grad_norm};
+}
+
+kernels::AdamWDeviceState* device_state(const torch::Tensor& state) {
+  return reinterpret_cast<kernels::AdamWDeviceState*>(state.data_ptr<float>());
+}
+
+void norm_gpu(const std::vector<AdamWParam>& params, size_t begin, size_t end, const torch::Tensor& partials) {
+  c10::DeviceGuard guard(partials.device());
+  int64_t offset = 0;  // the partials of the parameters before `begin`
+  for (size_t i = 0; i < begin; ++i) offset += chunks_of(params[i]);
+  kernels::DType copy_dtype;
+  const auto lists = lists_of(params, begin, end, &copy_dtype);
   detail::check_launch("adamw_step",
-                       kernels::adamw_step(lists.data(), static_cast<int>(lists.size()), hyper,
-                                           reinterpret_cast<kernels::AdamWDeviceState*>(state.data_ptr<float>()),
-                                           partials.data_ptr<float>(), copy_dtype, detail::current_stream(state)),
-                       "adamw kernels");
+                       kernels::adamw_norm(lists.data(), static_cast<int>(lists.size()),
+                                           partials.data_ptr<float>() + offset, copy_dtype,
+                                           detail::current_stream(partials)),
+                       "adamw norm kernel");
+}
+
+void prepare_gpu(const torch::Tensor& partials, const torch::Tensor& state, const AdamWHyperparameters& h) {
+  c10::DeviceGuard guard(state.device());
+  const int64_t num_partials = h.max_grad_norm > 0 ? partials.numel() : 0;
+  detail::check_launch("adamw_step",
+                       kernels::adamw_prepare(partials.data_ptr<float>(), num_partials, kernel_hyper(h),
+                                              device_state(state), detail::current_stream(state)),
+                       "adamw prepare kernel");
+}
+
+void update_gpu(const std::vector<AdamWParam>& params, size_t begin, size_t end, const torch::Tensor& state,
+                const AdamWHyperparameters& h, int64_t max_blocks) {
+  c10::DeviceGuard guard(state.device());
+  kernels::DType copy_dtype;
+  const auto lists = lists_of(params, begin, end, &copy_dtype);
+  const auto state_dtype = begin < end && params[begin].exp_avg.scalar_type() == torch::kBFloat16
+                               ? kernels::DType::kBFloat16
+                               : kernels::DType::kFloat32;
+  detail::check_launch("adamw_step",
+                       kernels::adamw_update(lists.data(), static_cast<int>(lists.size()), kernel_hyper(h),
+                                             device_state(state), copy_dtype, state_dtype, max_blocks,
+                                             detail::current_stream(state)),
+                       "adamw update kernel");
 }
 #endif
+
+// The passes on whichever side the tensors live, inputs already checked.
+void run_norm(const std::vector<AdamWParam>& params, size_t begin, size_t end, const torch::Tensor& partials) {
+  if (partials.is_cpu()) return norm_aten(params, begin, end, partials);
+#ifdef TT_HAVE_GPU_KERNELS
+  norm_gpu(params, begin, end, partials);
+#endif
+}
+
+void run_prepare(const torch::Tensor& partials, const torch::Tensor& state, const AdamWHyperparameters& hyper) {
+  if (state.is_cpu()) return prepare_aten(partials, state, hyper);
+#ifdef TT_HAVE_GPU_KERNELS
+  prepare_gpu(partials, state, hyper);
+#endif
+}
+
+void run_update(const std::vector<AdamWParam>& params, size_t begin, size_t end, const torch::Tensor& state,
+                const AdamWHyperparameters& hyper, int64_t max_blocks) {
+  if (state.is_cpu()) return update_aten(params, begin, end, state, hyper);
+#ifdef TT_HAVE_GPU_KERNELS
+  update_gpu(params, begin, end, state, hyper, max_blocks);
+#endif
+}
 
 }  // namespace
 
@@ -180,12 +272,46 @@ torch::Tensor adamw_state(const torch::Device& device) {
   return state;
 }
 
-void adamw_step(const std::vector<AdamWParam>& params, const torch::Tensor& state, const AdamWHyperparameters& hyper) {
-  check_inputs(params, state, hyper);
-  if (state.is_cpu()) return step_aten(params, state, hyper);
+torch::Tensor adamw_partials(const std::vector<AdamWParam>& params, const torch::Tensor& state) {
+  int64_t count = static_cast<int64_t>(params.size());
 #ifdef TT_HAVE_GPU_KERNELS
-  step_gpu(params, state, hyper);
+  if (!state.is_cpu()) {
+    count = 0;
+    for (const auto& p : params) count += chunks_of(p);
+  }
 #endif
+  return torch::zeros({std::max<int64_t>(count, 1)}, state.options());
+}
+
+void adamw_norm(const std::vector<AdamWParam>& params, size_t begin, size_t end, const torch::Tensor& partials) {
+  check_params(params, begin, end, partials.device());
+  TORCH_CHECK(partials.scalar_type() == torch::kFloat32 && partials.is_contiguous() &&
+                  partials.numel() >= (partials.is_cpu() ? static_cast<int64_t>(params.size()) : 1),
+              "tt::ops::adamw_norm: partials must be the fp32 buffer adamw_partials() made for these parameters");
+  run_norm(params, begin, end, partials);
+}
+
+void adamw_prepare(const torch::Tensor& partials, const torch::Tensor& state, const AdamWHyperparameters& hyper) {
+  check_hyper(state, hyper);
+  TORCH_CHECK(partials.device() == state.device() && partials.scalar_type() == torch::kFloat32,
+              "tt::ops::adamw_prepare: partials must be the fp32 buffer adamw_partials() made, on the state's device");
+  run_prepare(partials, state, hyper);
+}
+
+void adamw_update(const std::vector<AdamWParam>& params, size_t begin, size_t end, const torch::Tensor& state,
+                  const AdamWHyperparameters& hyper, int64_t max_blocks) {
+  check_hyper(state, hyper);
+  check_params(params, begin, end, state.device());
+  run_update(params, begin, end, state, hyper, max_blocks);
+}
+
+void adamw_step(const std::vector<AdamWParam>& params, const torch::Tensor& state, const AdamWHyperparameters& hyper) {
+  check_hyper(state, hyper);
+  check_params(params, 0, params.size(), state.device());
+  const auto partials = adamw_partials(params, state);
+  if (hyper.max_grad_norm > 0) run_norm(params, 0, params.size(), partials);
+  run_prepare(partials, state, hyper);
+  run_update(params, 0, params.size(), state, hyper, /*max_blocks=*/0);
 }
 
 }  // namespace tt::ops

@@ -31,8 +31,8 @@ struct AdamWParam {
   torch::Tensor grad;        // fp32, shaped like master; or undefined
   torch::Tensor copy;        // bf16 or fp16 compute copy, shaped like master; rewritten from the update; or undefined
   torch::Tensor copy_grad;   // shaped and typed like copy; or undefined
-  torch::Tensor exp_avg;     // fp32, shaped like master
-  torch::Tensor exp_avg_sq;  // fp32, shaped like master
+  torch::Tensor exp_avg;     // fp32 or bf16 (every parameter's the same), shaped like master
+  torch::Tensor exp_avg_sq;  // typed like exp_avg, shaped like master
 };
 
 // Elements of the state tensor adamw_step keeps on the masters' device (fp32).
@@ -54,7 +54,27 @@ torch::Tensor adamw_state(const torch::Device& device);
 //   lr = lr_at(hyper.lr_schedule(), step), evaluated where the step counter lives (on the device for GPU state)
 //   master *= 1 - lr * weight_decay;  m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
 //   master -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps);  copy = round(master)
+// in fp32; bf16 moments are read as stored and the new ones rounded to nearest where they are stored.
 // All on the device, no host sync: a captured graph replays it as it is.
 void adamw_step(const std::vector<AdamWParam>& params, const torch::Tensor& state, const AdamWHyperparameters& hyper);
+
+// ---- The same step in three passes --------------------------------------------------------------------
+// adamw_step is: with clipping, adamw_norm over all parameters; adamw_prepare; adamw_update over all
+// parameters. An optimizer that updates parameters while the backward still runs (apps/train/optimizer.cpp)
+// calls the norm and update passes on ranges [begin, end) of the same list as their gradients become final,
+// on the stream it chooses; the result is bitwise adamw_step's, whatever the ranges.
+
+// A fresh buffer for the norm pass's partial sums of `params`, on the state's device: one per chunk of the
+// GPU kernel, one per parameter on the CPU.
+torch::Tensor adamw_partials(const std::vector<AdamWParam>& params, const torch::Tensor& state);
+// The squared-gradient partial sums of params[begin, end), written where one pass over all params writes them.
+void adamw_norm(const std::vector<AdamWParam>& params, size_t begin, size_t end, const torch::Tensor& partials);
+// Advances the step counter and sets this step's scalars in state; with clipping, the global norm and clip
+// factor from every partial sum (in a fixed order), which must all have been written.
+void adamw_prepare(const torch::Tensor& partials, const torch::Tensor& state, const AdamWHyperparameters& hyper);
+// Updates params[begin, end) (and their copies) with the scalars adamw_prepare left in state. On the GPU,
+// max_blocks > 0 caps the update kernel's grid (kernels/adamw.cuh); 0 launches one block per chunk.
+void adamw_update(const std::vector<AdamWParam>& params, size_t begin, size_t end, const torch::Tensor& state,
+                  const AdamWHyperparameters& hyper, int64_t max_blocks = 0);
 
 }  // namespace tt::ops

@@ -1,0 +1,79 @@
+// Our AdamW overlapped with the backward, on the CPU (issue 27): a layer's update runs inside the hook that
+// sees its last gradient arrive, in the eager order. The same losses, weights and moments as the update after
+// the backward, in every mode; the updates really happen during the backward; and the switch's refusals.
+#include <gtest/gtest.h>
+
+#include "apps/cli/stage_cli.h"
+#include "apps/train/optimizer.h"
+#include "tests/helpers.h"
+#include "tests/overlap_checks.h"
+
+namespace tt {
+namespace {
+
+RunConfig short_run() {
+  RunConfig c = testing::smoke_config();
+  c.training.warmup_steps = 1;
+  c.training.num_steps = 4;
+  c.training.batch_size = 2;
+  return c;
+}
+
+TEST(OptimizerOverlap, ChangesNoLossWeightOrMomentInAnyMode) {
+  for (const auto& spec : {stages::v3_custom(), stages::v4_ultra()})
+    for (const auto& config : testing::overlap_modes(short_run()))
+      testing::expect_overlap_changes_nothing(spec, config, torch::kCPU);
+}
+
+// The test above would pass if the overlap did nothing at all: here the layers' weights change inside the
+// backward, before step(), and the embedding (updated by step()) does not.
+TEST(OptimizerOverlap, LayersAreUpdatedDuringTheBackward) {
+  for (double clip : {0.0, 1.0}) {
+    SCOPED_TRACE("grad_clip " + std::to_string(clip));
+    RunConfig c = short_run();
+    c.training.grad_clip = clip;
+    Transformer model = testing::spread_out_model(stages::v3_custom(), 7);
+    c.training.optimizer_overlap = true;
+    AdamWOptions options = AdamWOptions::from(c.training);
+    auto optimizer = make_optimizer(OptimizerKind::kOurAdamW, model, options);
+    const auto tokens = testing::random_tokens(2, 16, c.model.vocab_size, 3);
+    const auto before = model->canonical_state();
+    auto loss = model->loss(tokens, tokens);
+    optimizer->before_last_backward();
+    loss.backward();
+    const auto during = model->canonical_state();
+    // Without clipping the layers are updated; with it, only their norms are taken (the updates need all).
+    for (const auto& [name, w] : before) {
+      const bool layer = name.rfind("model.layers.", 0) == 0;
+      EXPECT_EQ(torch::equal(during.at(name), w), !(layer && clip == 0.0)) << name;
+    }
+    optimizer->step();
+    optimizer->zero_grad();
+    const auto after = model->canonical_state();
+    for (const auto& [name, w] : before) EXPECT_FALSE(torch::equal(after.at(name), w)) << name;
+  }
+}
+
+TEST(OptimizerOverlap, TheSwitchIsAFlagAndAConfigFieldOffByDefault) {
+  auto parse = [](const std::vector<std::string>& args) { return parse_command_line("v4_ultra", args); };
+  EXPECT_FALSE(parse({}).config.training.optimizer_overlap);
+  EXPECT_TRUE(parse({"--optimizer-overlap"}).config.training.optimizer_overlap);
+  EXPECT_FALSE(parse({"--optimizer-overlap=false"}).config.training.optimizer_overlap);
+  const std::string field = testing::error_of<ConfigError>(
+      [] { run_config_from_json({{"training", {{"optimizer_overlap", "yes"}}}}, "test.json"); });
+  EXPECT_NE(field.find("\"training.optimizer_overlap\" must be true or false"), std::string::npos) << field;
+}
+
+// Optimizers without the overlap, and data parallel, run without it and say so in the plan's config.
+TEST(OptimizerOverlap, ThePlanTurnsItOffWhereItCannotApply) {
+  RunConfig c = short_run();
+  c.training.optimizer_overlap = true;
+  RunOptions o;
+  o.output = "unused.json";
+  EXPECT_FALSE(plan_run(stages::v1_baseline(), c, o, {}).config.training.optimizer_overlap);
+  EXPECT_FALSE(plan_run(stages::v2_fused(), c, o, {}).config.training.optimizer_overlap);
+  EXPECT_TRUE(plan_run(stages::v3_custom(), c, o, {}).config.training.optimizer_overlap);
+}
+
+}  // namespace
+}  // namespace tt
