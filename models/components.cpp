@@ -91,14 +91,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, Rotary& rotary, KVC
   torch::Tensor q, k, v;
   if (qkv_proj) {
     // The catalog's fused-QKV form: split views (whose backward writes the three gradients into one
-    // [q | k | v] tensor with one cat) or a kernel reading the projection's output itself.
+    // [q | k | v] tensor with one cat) or a kernel reading the projection's output itself and writing its
+    // gradient whole.
     const auto qkv = qkv_proj->forward(x).view({batch, seq, n_heads_ + 2 * n_kv_heads_, head_dim_});
     if (!cache && rope_in_our_attention(rope_kind_, seq)) {
-      // q, k, v as unrotated [B, H, S, D] views of the projection: the kernel rotates q and k as it loads them.
+      // The kernel reads unrotated q, k, v from the projection, rotating q and k as it loads them.
       const auto [cos, sin] = rotary->tables(seq, start, qkv.device());
-      const auto parts = qkv.split({n_heads_, n_kv_heads_, n_kv_heads_}, 2);
-      auto out = ops::flash_attention_rope(parts[0].transpose(1, 2), parts[1].transpose(1, 2),
-                                           parts[2].transpose(1, 2), cos, sin);
+      auto out = ops::flash_attention_rope_qkv(qkv, n_heads_, n_kv_heads_, cos, sin);
       return o_proj->forward(out.transpose(1, 2).reshape({batch, seq, n_heads_ * head_dim_}));
     }
     const auto rotated = rotary->forward_qkv(qkv, n_heads_, n_kv_heads_, start);

@@ -63,10 +63,10 @@ const std::vector<Field<TrainConfig>>& train_fields() {
       {"weight_decay", &TrainConfig::weight_decay, "weight-decay"},
       {"grad_clip", &TrainConfig::grad_clip, "grad-clip", "max global gradient norm, 0 = off"},
       {"optimizer_overlap", &TrainConfig::optimizer_overlap, "optimizer-overlap",
-       "our AdamW (v3, v4): update each layer during the backward instead of after it (bitwise the same result; "
+       "our AdamW (v4): update each layer during the backward instead of after it (bitwise the same result; "
        "slower on the GPUs measured, docs/training.md)"},
       {"optimizer_state_dtype", &TrainConfig::optimizer_state_dtype, "optimizer-state-dtype",
-       "fp32 | bf16: our AdamW's moments (v3, v4); bf16 moves 20 instead of 28 bytes per parameter"},
+       "fp32 | bf16: our AdamW's moments (v4); bf16 moves 20 instead of 28 bytes per parameter"},
       {"dtype", &TrainConfig::dtype, "dtype", "fp32 | bf16 (bf16: autocast mixed precision, fp32 master weights)"},
       {"allow_tf32", &TrainConfig::allow_tf32, "allow-tf32",
        "fp32 matmuls and convolutions on TF32 tensor cores (NVIDIA Ampere and later; the flag alone means true)"},

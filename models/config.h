@@ -58,11 +58,11 @@ struct TrainConfig {
   double adam_eps = 1e-8;
   double weight_decay = 0.01;
   double grad_clip = 0.0;     // max global gradient norm; 0 turns clipping off
-  // Our AdamW (v3, v4): update each layer during the backward, as its gradients become final (bitwise the same
+  // Our AdamW (v4): update each layer during the backward, as its gradients become final (bitwise the same
   // arithmetic). Off by default: measured slower on H200 (docs/training.md). Off under data parallel and for
   // other optimizers.
   bool optimizer_overlap = false;
-  // Our AdamW (v3, v4): the dtype of the moments m and v. bf16 moves 20 bytes per parameter in the update
+  // Our AdamW (v4): the dtype of the moments m and v. bf16 moves 20 bytes per parameter in the update
   // instead of 28 (the update still computes in fp32); a resume must keep the checkpoint's.
   Precision optimizer_state_dtype = Precision::kFp32;
   Precision dtype = Precision::kFp32;

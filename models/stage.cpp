@@ -314,7 +314,8 @@ const std::vector<RopeImplementation>& rope_implementations() {
        ops::rope_qkv},
       {{RopeKind::kInOurAttention, "in tt::ops::flash_attention_rope",
         "up to 128 positions no RoPE pass: our flash attention rotates q and k as it loads them from the fused QKV "
-        "projection's output (tt::ops::flash_attention_rope); beyond, and when decoding with a KV cache, "
+        "projection's output and writes its gradient whole (tt::ops::flash_attention_rope_qkv); beyond, and when "
+        "decoding with a KV cache, "
         "tt::ops::rope_qkv before the stage's attention",
         ops::rope},
        ops::rope_qkv},

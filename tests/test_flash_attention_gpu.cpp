@@ -240,6 +240,32 @@ TEST(FlashAttentionGpu, RopeInTheLoadMatchesRopeThenAttention) {
   }
 }
 
+// The fused-QKV form v4 calls: flash_attention_rope_qkv(qkv) writes dq, dk, dv straight into one qkv
+// gradient; it must equal flash_attention_rope on split views (whose gradients autograd adds up), output and
+// gradient, bit for bit: the same kernels, and each element of the summed gradient has one nonzero term.
+TEST(FlashAttentionGpu, FusedQkvFormEqualsSplitViewsBitwise) {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(6);
+  for (const auto dtype : kDtypes) {
+    for (const Config& c : {Config{1, 8, 2, 1, 64}, Config{3, 8, 8, 17, 64}, Config{2, 8, 4, 129, 128},
+                            Config{2, 16, 2, 300, 128}, Config{1, 4, 2, 33, 16}}) {
+      auto [cos, sin] = tt::reference::rope_tables(c.seq + 5, c.head_dim, 10000.0, 0, gpu().device());
+      const auto data = torch::randn({c.batch, c.seq, c.q_heads + 2 * c.kv_heads, c.head_dim}, gpu()).to(dtype);
+      const auto grad_out = torch::randn({c.batch, c.q_heads, c.seq, c.head_dim}, gpu()).to(dtype);
+      auto fused = leaf(data.clone()), split = leaf(data.clone());
+      const auto a = tt::ops::flash_attention_rope_qkv(fused, c.q_heads, c.kv_heads, cos, sin);
+      const auto parts = split.split({c.q_heads, c.kv_heads, c.kv_heads}, 2);
+      const auto b = tt::ops::flash_attention_rope(parts[0].transpose(1, 2), parts[1].transpose(1, 2),
+                                                   parts[2].transpose(1, 2), cos, sin);
+      const auto ga = grads_of({a}, {fused}, {grad_out})[0], gb = grads_of({b}, {split}, {grad_out})[0];
+      EXPECT_TRUE(torch::equal(a, b)) << dtype_name(dtype) << " seq " << c.seq << ": output";
+      EXPECT_TRUE(torch::equal(ga, gb)) << dtype_name(dtype) << " seq " << c.seq << ": gradient of qkv";
+    }
+  }
+  expect_error([] { tt::ops::flash_attention_rope_qkv(torch::zeros({1, 4, 5, 64}), 2, 2, {}, {}); },
+               "qkv must be [B, S, q_heads + 2 kv_heads, D] = [B, S, 6, D]");
+}
+
 // The first-generation kernel stays selectable (kernel_bench measures the step between the two): it must
 // still be right.
 TEST(FlashAttentionGpu, SharedMemoryTilesStillMatchTheReference) {

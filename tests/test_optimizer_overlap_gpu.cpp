@@ -1,6 +1,6 @@
 // Our AdamW overlapped with the backward on the GPU (label `gpu`; skipped without a GPU): each layer's pass on
 // a second stream, forked from the backward's stream by events and joined before the step ends; inside v4's
-// captured graph and in v3's eager step. Bitwise the losses, weights and moments of the update after the
+// captured graph and in v4's step run eagerly (--no-graph). Bitwise the losses, weights and moments of the update after the
 // backward, in every mode.
 #include <gtest/gtest.h>
 
@@ -28,7 +28,7 @@ TEST(OptimizerOverlapGpu, TheGraphedStepChangesNoLossWeightOrMomentInAnyMode) {
 TEST(OptimizerOverlapGpu, TheEagerStepChangesNoLossWeightOrMomentInAnyMode) {
   TT_REQUIRE_GPU();
   for (const auto& config : testing::overlap_modes(graphed_run()))
-    testing::expect_overlap_changes_nothing(stages::v3_custom(), config, kGpu);
+    testing::expect_overlap_changes_nothing(testing::eager_step(stages::v4_ultra()), config, kGpu);
 }
 
 // The overlap must not depend on the update's grid covering every chunk: a capped grid, as the

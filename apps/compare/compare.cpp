@@ -17,8 +17,9 @@ namespace fs = std::filesystem;
 
 constexpr const char* kReferenceStage = "v1_baseline";
 // Training fields that change neither the work of a step nor the loss curve; the dtype is compared once,
-// as training.dtype.
-const std::set<std::string> kUncomparedTrainingFields = {"log_every", "device", "dtype"};
+// as training.dtype. The optimizer overlap changes only when the update runs (bitwise the same result):
+// comparing runs with and without it is what it is for.
+const std::set<std::string> kUncomparedTrainingFields = {"log_every", "device", "dtype", "optimizer_overlap"};
 const char* const kNoteFields[] = {"system.libtorch_version", "system.runtime_version", "system.driver_version",
                                    "system.backend",          "system.git_commit",      "system.hostname"};
 

@@ -240,6 +240,8 @@ double draw_breakdown(Svg& svg, const Comparison& c, double y) {
   if (rows.empty()) return 0;
   svg.text(20, y + 20, "Where the time goes (GPU ms per step by kernel category, and the host gap)",
            "font-size=\"15\" font-weight=\"bold\" fill=\"#222\"");
+  const bool concurrent =
+      std::any_of(rows.begin(), rows.end(), [](const Row* r) { return r->breakdown->concurrent_ms >= 0.005; });
   svg.text(20, y + 37,
            "from --profile; above, one scale for every stage (the bar is the median step); below, each step as 100%; "
            "host gap = step time - GPU busy",
@@ -255,9 +257,8 @@ double draw_breakdown(Svg& svg, const Comparison& c, double y) {
   row_y = draw_stacked(
       svg, rows, row_y, "ms per step", [&](const TimeBreakdown&) { return max_ms > 0 ? width / max_ms : 0; },
       [](const TimeBreakdown& b) {
-        return strprintf("%.2f ms (GPU busy %.0f%%", b.step_ms, b.step_ms > 0 ? 100.0 * b.gpu_busy_ms / b.step_ms : 0.0) +
-               (b.concurrent_ms >= 0.005 ? strprintf("; %.2f ms of kernels ran beside others)", b.concurrent_ms)
-                                         : std::string(")"));
+        return strprintf("%.2f ms (GPU busy %.0f%%)", b.step_ms, b.step_ms > 0 ? 100.0 * b.gpu_busy_ms / b.step_ms : 0.0) +
+               (b.concurrent_ms >= 0.005 ? "*" : "");
       });
   row_y = draw_stacked(
       svg, rows, row_y, "share of the step",
@@ -271,6 +272,12 @@ double draw_breakdown(Svg& svg, const Comparison& c, double y) {
                          total > 0 ? 100.0 * b.ms_per_step[static_cast<size_t>(KernelCategory::kGemm)] / total : 0.0,
                          total > 0 ? 100.0 * b.host_gap_ms / total : 0.0);
       });
+  if (concurrent) {
+    svg.text(20, row_y + 4,
+             "* kernels ran at once on two streams (an overlapped optimizer): the categories add up to more than GPU busy",
+             "font-size=\"12\" fill=\"#666\"");
+    row_y += 18;
+  }
   return row_y - y + 10;
 }
 

@@ -357,6 +357,9 @@ LrSchedule lr_schedule_of(const TrainConfig& t) {
 }
 
 std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const Transformer& model, const AdamWOptions& options) {
+  TORCH_CHECK(!options.overlap || kind == OptimizerKind::kOurAdamW, "the optimizer overlap is ",
+              implementation(OptimizerKind::kOurAdamW).name, "'s; the stage chose ", implementation(kind).name,
+              ", which updates after the backward");
   TORCH_CHECK(options.state_dtype == torch::kFloat32 || kind == OptimizerKind::kOurAdamW,
               "optimizer moments in ", options.state_dtype, " need ", implementation(OptimizerKind::kOurAdamW).name,
               "; the stage chose ", implementation(kind).name, ", which keeps them in fp32");

@@ -132,7 +132,7 @@ RunPlan plan_run(const StageSpec& stage, const RunConfig& config, const RunOptio
     throw ConfigError(std::string("config: field \"training.optimizer_state_dtype\" = \"") +
                       to_string(p.config.training.optimizer_state_dtype) + "\" is not allowed for " + p.spec.name +
                       ", whose optimizer (" + implementation(p.spec.optimizer).name +
-                      ") keeps fp32 moments: bf16 moments are our AdamW's (v3_custom, v4_ultra)");
+                      ") keeps fp32 moments: bf16 moments are our AdamW's (v4_ultra)");
   // The overlap is our AdamW's, and data parallel must all-reduce a gradient before any update reads it.
   if (p.config.training.optimizer_overlap && (dist.enabled || p.spec.optimizer != OptimizerKind::kOurAdamW)) {
     p.config.training.optimizer_overlap = false;

@@ -7,6 +7,8 @@
 // where for grouped-query attention dK and dV sum over the query heads that share a key/value head.
 #include "kernels/ops/flash_attention.h"
 
+#include <array>
+
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <c10/core/DeviceGuard.h>
@@ -210,19 +212,23 @@ ForwardResult forward_gpu(const torch::Tensor& q, const torch::Tensor& k, const 
   return result;
 }
 
+// The gradients go into grad_q/k/v where given (kernel-ready [B, H, S, D] views, e.g. of one fused QKV
+// gradient), else into fresh tensors.
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward_gpu(const torch::Tensor& grad_out,
                                                                      const torch::Tensor& q, const torch::Tensor& k,
                                                                      const torch::Tensor& v, const torch::Tensor& out,
                                                                      const torch::Tensor& lse,
                                                                      kernels::FlashKernel kernel,
                                                                      const torch::Tensor& cos,
-                                                                     const torch::Tensor& sin) {
+                                                                     const torch::Tensor& sin,
+                                                                     torch::Tensor grad_q = {}, torch::Tensor grad_k = {},
+                                                                     torch::Tensor grad_v = {}) {
   c10::DeviceGuard guard(q.device());
   // Gradients may arrive in another layout (an expanded scalar from .sum(), say) or dtype.
   auto grad = kernel_ready(grad_out.to(q.scalar_type()));
-  auto grad_q = empty_bshd_as(q);
-  auto grad_k = empty_bshd_as(k);
-  auto grad_v = empty_bshd_as(v);
+  if (!grad_q.defined()) grad_q = empty_bshd_as(q);
+  if (!grad_k.defined()) grad_k = empty_bshd_as(k);
+  if (!grad_v.defined()) grad_v = empty_bshd_as(v);
   auto delta = torch::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(torch::kFloat32));
   kernels::FlashBackwardParams params{};
   params.q = q.data_ptr();
@@ -314,6 +320,41 @@ struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction
   }
 };
 
+#ifdef TT_HAVE_GPU_KERNELS
+// q, k and v as [B, H, S, D] views of a fused [B, S, Hq + 2 Hkv, D] projection output (or of its gradient).
+std::array<torch::Tensor, 3> split_qkv(const torch::Tensor& qkv, int64_t q_heads, int64_t kv_heads) {
+  const auto parts = qkv.split({q_heads, kv_heads, kv_heads}, 2);
+  return {parts[0].transpose(1, 2), parts[1].transpose(1, 2), parts[2].transpose(1, 2)};
+}
+
+// flash_attention_rope on the register tiles, with the fused projection output as its one input: the backward
+// writes dq, dk and dv into the three parts of one gradient tensor, where split views would each send a
+// full-size gradient back for autograd to add up (three fills and three adds per layer).
+struct FlashAttentionQkvFunction : torch::autograd::Function<FlashAttentionQkvFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& qkv, int64_t q_heads, int64_t kv_heads,
+                               const torch::Tensor& cos, const torch::Tensor& sin) {
+    const auto [q, k, v] = split_qkv(qkv, q_heads, kv_heads);
+    auto result = forward_gpu(kernel_ready(q), kernel_ready(k), kernel_ready(v), kernels::FlashKernel::kRegisterTiles,
+                              cos, sin);
+    ctx->saved_data["q_heads"] = q_heads;
+    ctx->saved_data["kv_heads"] = kv_heads;
+    ctx->save_for_backward({result.q_rotated, result.k_rotated, kernel_ready(v), result.out, result.lse, cos, sin});
+    return result.out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& q = saved[0];
+    const int64_t q_heads = ctx->saved_data["q_heads"].toInt(), kv_heads = ctx->saved_data["kv_heads"].toInt();
+    auto grad_qkv = torch::empty({q.size(0), q.size(2), q_heads + 2 * kv_heads, q.size(3)}, q.options());
+    const auto [grad_q, grad_k, grad_v] = split_qkv(grad_qkv, q_heads, kv_heads);
+    backward_gpu(grad_outputs[0], q, saved[1], saved[2], saved[3], saved[4], kernels::FlashKernel::kRegisterTiles,
+                 saved[5], saved[6], grad_q, grad_k, grad_v);
+    return {grad_qkv, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+#endif
+
 // The kernels read the tables as fp32 [>= seq, head_dim / 2] rows, contiguous, on q's device.
 void check_rope_tables(const torch::Tensor& q, const torch::Tensor& cos, const torch::Tensor& sin) {
   for (const auto& [name, t] : {std::pair<const char*, const torch::Tensor&>{"cos", cos}, {"sin", sin}}) {
@@ -339,27 +380,56 @@ torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, co
   return flash_attention(q, k, v, FlashAttentionKernel::kDefault);
 }
 
+namespace {
+
+// Whether flash_attention_rope rotates inside the kernels for q (the register tiles, bf16/fp16 on NVIDIA).
+bool rope_in_kernels(const torch::Tensor& q) {
+#ifdef TT_HAVE_GPU_KERNELS
+  return !q.is_cpu() &&
+         kernel_for(q.scalar_type(), FlashAttentionKernel::kDefault) == kernels::FlashKernel::kRegisterTiles;
+#else
+  (void)q;
+  return false;
+#endif
+}
+
+// The first `rows` rows of a RoPE table as the kernels read it: 4 entries (16 bytes) at a time.
+torch::Tensor kernel_table(const torch::Tensor& t, int64_t rows) {
+  auto out = t.narrow(0, 0, rows).contiguous();
+  return reinterpret_cast<std::uintptr_t>(out.data_ptr()) % 16 == 0 ? out : out.clone();
+}
+
+}  // namespace
+
 torch::Tensor flash_attention_rope(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    const torch::Tensor& cos, const torch::Tensor& sin) {
   check_inputs(q, k, v);
   check_rope_tables(q, cos, sin);
-#ifdef TT_HAVE_GPU_KERNELS
-  if (!q.is_cpu() &&
-      kernel_for(q.scalar_type(), FlashAttentionKernel::kDefault) == kernels::FlashKernel::kRegisterTiles) {
-    // The kernels read 4 table entries (16 bytes) at a time.
-    const auto table = [&](const torch::Tensor& t) {
-      auto rows = t.narrow(0, 0, q.size(2)).contiguous();
-      return std::optional<torch::Tensor>(reinterpret_cast<std::uintptr_t>(rows.data_ptr()) % 16 == 0 ? rows
-                                                                                                        : rows.clone());
-    };
-    return FlashAttentionFunction::apply(q, k, v, static_cast<int64_t>(FlashAttentionKernel::kDefault), table(cos),
-                                         table(sin));
-  }
-#endif
+  if (rope_in_kernels(q))
+    return FlashAttentionFunction::apply(q, k, v, static_cast<int64_t>(FlashAttentionKernel::kDefault),
+                                         std::optional<torch::Tensor>(kernel_table(cos, q.size(2))),
+                                         std::optional<torch::Tensor>(kernel_table(sin, q.size(2))));
   // tt::ops::rope works on [B, S, H, D]; q and k are [B, H, S, D] views of that layout or not, either works.
   const auto rows = q.size(2);
   auto [q_rotated, k_rotated] = rope(q.transpose(1, 2), k.transpose(1, 2), cos.narrow(0, 0, rows), sin.narrow(0, 0, rows));
   return flash_attention(q_rotated.transpose(1, 2), k_rotated.transpose(1, 2), v);
+}
+
+torch::Tensor flash_attention_rope_qkv(const torch::Tensor& qkv, int64_t q_heads, int64_t kv_heads,
+                                       const torch::Tensor& cos, const torch::Tensor& sin) {
+  TORCH_CHECK(qkv.dim() == 4 && q_heads > 0 && kv_heads > 0 && qkv.size(2) == q_heads + 2 * kv_heads,
+              "tt::ops::flash_attention_rope_qkv: qkv must be [B, S, q_heads + 2 kv_heads, D] = [B, S, ",
+              q_heads + 2 * kv_heads, ", D], got ", qkv.sizes(), " with q_heads ", q_heads, " and kv_heads ", kv_heads);
+  const auto parts = qkv.split({q_heads, kv_heads, kv_heads}, 2);
+  const auto q = parts[0].transpose(1, 2), k = parts[1].transpose(1, 2), v = parts[2].transpose(1, 2);
+  check_inputs(q, k, v);
+  check_rope_tables(q, cos, sin);
+#ifdef TT_HAVE_GPU_KERNELS
+  if (rope_in_kernels(q))
+    return FlashAttentionQkvFunction::apply(qkv, q_heads, kv_heads, kernel_table(cos, q.size(2)),
+                                            kernel_table(sin, q.size(2)));
+#endif
+  return flash_attention_rope(q, k, v, cos, sin);
 }
 
 }  // namespace tt::ops

@@ -26,6 +26,13 @@ torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, co
 torch::Tensor flash_attention_rope(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    const torch::Tensor& cos, const torch::Tensor& sin);
 
+// flash_attention_rope of the three parts of a fused QKV projection's output qkv [B, S, q_heads + 2 kv_heads, D]
+// (q, k, v in that order along dim 2). Differentiable in qkv: where the rotation runs inside the kernels, the
+// backward writes dq, dk and dv straight into the parts of one qkv gradient (split views would each return a
+// full-size gradient for autograd to add up); elsewhere it is flash_attention_rope on the split views.
+torch::Tensor flash_attention_rope_qkv(const torch::Tensor& qkv, int64_t q_heads, int64_t kv_heads,
+                                       const torch::Tensor& cos, const torch::Tensor& sin);
+
 // Which kernel generation runs (kernels/flash_attention.cuh): the default picks the register tiles where they
 // exist. The shared-memory tiles stay selectable for kernel_bench, which measures the step between them.
 enum class FlashAttentionKernel { kDefault, kSharedMemoryTiles };
