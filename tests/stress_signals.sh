@@ -58,6 +58,16 @@ for trial in $(seq "$trials"); do
   done
   [ -n "$newest" ] || { echo "trial $trial: stopped before the first checkpoint (status $status)"; continue; }
   [ $status -ne 0 ] || { echo "trial $trial: the run ended before the signal"; continue; }
+  if [ "$(basename "$newest")" = "$(printf 'step_%06d.pt' $total)" ]; then
+    # The signal came after the last step (during the final writes): the run is complete and there is nothing to
+    # resume (--resume refuses such a checkpoint). Its losses, where the result was written, are the reference's.
+    if [ -e "$dir/first.json" ]; then
+      read -r -a got <<< "$(losses "$dir/first.json")"
+      [ "${got[*]}" = "${reference[*]}" ] || { fail "stopped after the last step: losses differ from the uninterrupted run's"; continue; }
+    fi
+    echo "trial $trial: signal after the last step, exit $status: nothing to resume$([ -e "$dir/first.json" ] && echo ", losses equal")"
+    continue
+  fi
   "$build/v1_baseline" "${run[@]}" --resume "$newest" --output "$dir/resumed.json" > "$dir/resumed.log" 2>&1 ||
     { fail "resume of $newest failed"; cat "$dir/resumed.log"; continue; }
   first=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["first_step"])' "$dir/resumed.json")
