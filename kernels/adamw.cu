@@ -209,12 +209,6 @@ int64_t blocks_of(const AdamWTensorList& list) { return list.first_block[list.co
 
 }  // namespace
 
-int64_t adamw_norm_partials(const AdamWTensorList* lists, int num_lists) {
-  int64_t total = 0;
-  for (int l = 0; l < num_lists; ++l) total += blocks_of(lists[l]);
-  return total;
-}
-
 LaunchStatus adamw_norm(const AdamWTensorList* lists, int num_lists, float* partials, DType copy_dtype, void* stream) {
   const gpuStream_t s = to_stream(stream);
   dispatch_dtype(copy_dtype, [&](auto element) {

@@ -58,15 +58,12 @@ struct AdamWHyper {
   double max_grad_norm;  // 0: no clipping
 };
 
-// Blocks the squared-norm pass of `lists` writes partial sums for (one per chunk, all lists together).
-int64_t adamw_norm_partials(const AdamWTensorList* lists, int num_lists);
-
 // A step is three passes, launched separately so that an optimizer can run them for groups of parameters as
 // their gradients become final (apps/train/optimizer.cpp); each is bitwise the same arithmetic whether the
 // parameters go in one call or in several. Deterministic: no atomics anywhere.
 //
 // 1. With clipping: the squared-norm partial sums of every chunk of `lists`, written to partials[0, ...) in
-//    list order (one per block, adamw_norm_partials of them). A caller splitting the parameters offsets
+//    list order (one per block: one per chunk). A caller splitting the parameters offsets
 //    `partials` by the chunks of the parameters before them, so the partials land where one call puts them.
 LaunchStatus adamw_norm(const AdamWTensorList* lists, int num_lists, float* partials, DType copy_dtype, void* stream);
 // 2. One block: the step counter, this step's rate and bias corrections, and with clipping the global norm

@@ -275,7 +275,8 @@ TEST(CommandLine, HelpDocumentsEveryFlagWithDefault) {
   for (const char* flag : {"--use-amp", "--config", "--output", "--overwrite", "--save-checkpoint", "--load-checkpoint",
                            "--validate", "--doctor", "--no-graph", "--pitfall", "--help", "--checkpoint-dir",
                            "--checkpoint-every", "--keep-checkpoints", "--resume", "--profile", "--profile-steps",
-                           "--eval-data", "--eval-every", "--eval-only", "--dist-timeout", "--scaling-baseline"})
+                           "--eval-data", "--eval-every", "--eval-only", "--dist-timeout", "--scaling-baseline",
+                           "--dp-sync"})
     EXPECT_NE(p.help_text.find(flag), std::string::npos) << flag;
 }
 

@@ -14,6 +14,7 @@
 
 #include "apps/cli/stage_cli.h"
 #include "apps/train/distributed.h"
+#include "apps/train/run.h"
 #include "helpers.h"
 #include "ports.h"
 
@@ -280,6 +281,29 @@ class ScopedEnv {
   std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
 
+// Under a launcher a graphed stage keeps its graph (an all-reduce per layer, captured, the default) unless
+// --dp-sync reducer asks for the Reducer, which needs the eager step; eager stages stay eager either way.
+TEST(DataParallelPlan, GradientSyncAndStepKind) {
+  DistributedEnv dist;
+  dist.enabled = true;
+  dist.world_size = 2;
+  RunOptions defaults, reducer, layers;
+  reducer.dp_sync = GradientSync::kReducer;
+  layers.dp_sync = GradientSync::kLayers;
+  EXPECT_EQ(effective_stage(stages::v4_ultra(), defaults, dist).step, StepKind::kGraph);
+  EXPECT_EQ(effective_stage(stages::v4_ultra(), layers, dist).step, StepKind::kGraph);
+  const StageSpec eager_v4 = effective_stage(stages::v4_ultra(), reducer, dist);
+  EXPECT_EQ(eager_v4.step, StepKind::kEager);
+  EXPECT_MENTIONS(eager_v4.summary, "--dp-sync reducer, the step runs eagerly");
+  EXPECT_EQ(effective_stage(stages::v3_custom(), layers, dist).step, StepKind::kEager);
+  EXPECT_EQ(effective_stage(stages::v3_custom(), reducer, dist).step, StepKind::kEager);
+  EXPECT_EQ(kDefaultGradientSync, GradientSync::kLayers);
+  EXPECT_EQ(parse_gradient_sync("layers"), GradientSync::kLayers);
+  EXPECT_EQ(parse_gradient_sync(to_string(GradientSync::kReducer)), GradientSync::kReducer);
+  EXPECT_MENTIONS(testing::error_of<ConfigError>([] { parse_gradient_sync(""); }),
+                  "--dp-sync '' is not allowed: must be reducer (c10d's Reducer, eager) or layers");
+}
+
 TEST(DataParallelCommandLine, RefusalsBeforeAnyWork) {
   {
     auto [code, err] = testing::run_stage(stages::v2_fused(), {"--device", "cpu", "--dist-timeout", "0"});
@@ -290,6 +314,16 @@ TEST(DataParallelCommandLine, RefusalsBeforeAnyWork) {
     auto [code, err] = testing::run_stage(stages::v2_fused(), {"--device", "cpu", "--dist-timeout", "30"});
     EXPECT_EQ(code, 2);
     EXPECT_MENTIONS(err, "--dist-timeout applies to data-parallel runs");
+  }
+  {
+    auto [code, err] = testing::run_stage(stages::v4_ultra(), {"--device", "cpu", "--dp-sync", "layers"});
+    EXPECT_EQ(code, 2);
+    EXPECT_MENTIONS(err, "--dp-sync applies to data-parallel runs");
+  }
+  {
+    auto [code, err] = testing::run_stage(stages::v4_ultra(), {"--device", "cpu", "--dp-sync", "ring"});
+    EXPECT_EQ(code, 2);
+    EXPECT_MENTIONS(err, "--dp-sync 'ring' is not allowed: must be reducer");
   }
   {
     ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_PORT", "29500"},

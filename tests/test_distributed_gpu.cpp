@@ -65,13 +65,16 @@ Trained train_plain(const StageSpec& spec, const RunConfig& config) {
   return trained;
 }
 
-Trained train_one_rank(const StageSpec& spec, const RunConfig& config) {
+// As execute_run builds it: a graphed stage captures at the step its plain run does.
+Trained train_one_rank(const StageSpec& spec, const RunConfig& config, GradientSync sync) {
   std::ostringstream log;
   DistributedContext context(one_rank(free_port()), {std::chrono::seconds(60)});  // outlives the trainer
   Trainer trainer(spec, config, context.device());
   broadcast_weights(context, trainer.model());
+  const int64_t capture_at = trainer.graphed() ? trainer.first_measured_step(0) - 1 : -1;
   trainer.use_runner(std::make_unique<DataParallelStep>(context, trainer.model(), trainer.optimizer(),
-                                                        config.training.grad_accum_steps));
+                                                        config.training.grad_accum_steps, sync, capture_at));
+  EXPECT_EQ(trainer.graphed(), capture_at >= 0);
   Trained trained;
   RunExtras extras;
   extras.distributed = &context;
@@ -98,27 +101,38 @@ double largest_relative_difference(const nlohmann::json& a, const nlohmann::json
   return worst;
 }
 
-// One NCCL rank: the Reducer's all-reduce of one is a copy and the mean loss over one rank is the loss, so
-// the losses and weights are those of the plain eager run (bitwise, where the same kernels run).
+// One NCCL rank: an all-reduce of one is a copy and the mean loss over one rank is the loss, so the losses and
+// weights are those of the plain run (bitwise, where the same kernels run), with either way of averaging and
+// with v4's step captured as a graph (the per-layer all-reduces inside it).
 TEST(DataParallelGpu, OneRankEqualsThePlainRun) {
   TT_REQUIRE_NCCL_GPUS(1);
   struct Case {
     StageSpec spec;
     Precision precision;
+    GradientSync sync;
   };
-  // v4 in bf16: compute copies, so the Reducer all-reduces the bf16 copies' gradients and the tied
-  // embedding's fp32 one (gradient_leaves).
-  for (const auto& [spec, precision] : {Case{stages::v1_baseline(), Precision::kFp32},
-                                        Case{stages::v3_custom(), Precision::kFp32},
-                                        Case{testing::eager_step(stages::v4_ultra()), Precision::kBf16}}) {
-    SCOPED_TRACE(spec.name + " " + to_string(precision));
+  // v4 in bf16: compute copies, so the bf16 copies' gradients are all-reduced, and the tied embedding's fp32
+  // one (gradient_leaves).
+  for (const auto& [spec, precision, sync] :
+       {Case{stages::v1_baseline(), Precision::kFp32, GradientSync::kReducer},
+        Case{stages::v3_custom(), Precision::kFp32, GradientSync::kReducer},
+        Case{stages::v3_custom(), Precision::kFp32, GradientSync::kLayers},
+        Case{testing::eager_step(stages::v4_ultra()), Precision::kBf16, GradientSync::kReducer},
+        Case{testing::eager_step(stages::v4_ultra()), Precision::kBf16, GradientSync::kLayers},
+        Case{stages::v4_ultra(), Precision::kBf16, GradientSync::kLayers},
+        Case{stages::v4_ultra(), Precision::kFp32, GradientSync::kLayers}}) {
+    SCOPED_TRACE(spec.name + " " + to_string(spec.step) + " " + to_string(precision) + " " + to_string(sync));
     const auto plain = train_plain(spec, gpu_config(precision));
-    const auto parallel = train_one_rank(spec, gpu_config(precision));
+    const auto parallel = train_one_rank(spec, gpu_config(precision), sync);
     EXPECT_LE(largest_relative_difference(parallel.result.at("losses"), plain.result.at("losses")), 1e-6);
     for (const auto& [name, w] : plain.weights) EXPECT_LE(testing::rel_error(parallel.weights.at(name), w), 1e-6) << name;
     const auto& d = parallel.result.at("distributed");
     EXPECT_EQ(d.at("world_size"), 1);
     EXPECT_EQ(d.at("backend"), collective_backend_name());
+    EXPECT_EQ(d.at("gradient_sync"), to_string(sync));
+    const std::string kind = to_string(spec.step), step = d.at("step");
+    EXPECT_EQ(step.rfind(kind.substr(0, kind.find(':') + 1), 0), 0u) << step;
+    EXPECT_NE(step.find("data parallel"), std::string::npos) << step;
     EXPECT_EQ(d.at("weights_max_diff_across_ranks"), 0.0);
     EXPECT_GT(d.at("gradient_mb_per_step").get<double>(), 0.0);
     EXPECT_TRUE(std::isfinite(d.at("allreduce_ms_per_step").get<double>()));
@@ -127,20 +141,25 @@ TEST(DataParallelGpu, OneRankEqualsThePlainRun) {
   }
 }
 
-// With gradient accumulation the first micro-batches' backwards leave the Reducer out (no_sync) and the
-// last one all-reduces the sum: one rank still trains exactly like the plain accumulating run, which
-// equals one batch of all the rows (test_trainer.cpp).
+// With gradient accumulation the first micro-batches' backwards do not all-reduce (no_sync) and the last one
+// all-reduces the sum: one rank still trains exactly like the plain accumulating run, which equals one batch
+// of all the rows (test_trainer.cpp). v4 graphed: the captured step holds all k micro-batches.
 TEST(DataParallelGpu, OneRankWithAccumulationEqualsThePlainRun) {
   TT_REQUIRE_NCCL_GPUS(1);
-  for (const auto& spec : {stages::v1_baseline(), testing::eager_step(stages::v4_ultra())}) {
-    SCOPED_TRACE(spec.name);
+  for (const auto& [spec, sync] :
+       std::vector<std::pair<StageSpec, GradientSync>>{{stages::v1_baseline(), GradientSync::kReducer},
+                                                       {testing::eager_step(stages::v4_ultra()), GradientSync::kReducer},
+                                                       {testing::eager_step(stages::v4_ultra()), GradientSync::kLayers},
+                                                       {stages::v4_ultra(), GradientSync::kLayers}}) {
+    SCOPED_TRACE(spec.name + " " + to_string(spec.step) + " " + to_string(sync));
     RunConfig c = gpu_config(Precision::kFp32);
     c.training.batch_size = 2;
     c.training.grad_accum_steps = 3;
     c.training.lr_schedule = "cosine";
     c.training.lr_warmup_steps = 2;
+    c.training.grad_clip = 0.5;  // clipping on the global norm of the averaged gradients
     const auto plain = train_plain(spec, c);
-    const auto parallel = train_one_rank(spec, c);
+    const auto parallel = train_one_rank(spec, c, sync);
     EXPECT_LE(largest_relative_difference(parallel.result.at("losses"), plain.result.at("losses")), 1e-6);
     for (const auto& [name, w] : plain.weights)
       EXPECT_LE(testing::rel_error(parallel.weights.at(name), w), 1e-6) << name;
@@ -220,8 +239,8 @@ TEST(DataParallelGpu, LauncherWithOneProcessEqualsThePlainBinary) {
   for (const std::string stage : {"v1_baseline", "v4_ultra"}) {
     SCOPED_TRACE(stage);
     const std::string binary = (build_dir() / stage).string();
-    const std::string no_graph = stage == "v4_ultra" ? " --no-graph" : "";  // the launched run steps eagerly
-    ASSERT_EQ(shell(binary + " " + stage_flags(4, dir / (stage + "_plain.json")) + no_graph + " > " +
+    // v4's launched run is graphed too (an all-reduce per layer in its graph): against the plain graphed run.
+    ASSERT_EQ(shell(binary + " " + stage_flags(4, dir / (stage + "_plain.json")) + " > " +
                     (dir / (stage + "_plain.log")).string() + " 2>&1"),
               0)
         << read_text(dir / (stage + "_plain.log"));
@@ -260,32 +279,46 @@ TEST(DataParallelGpu, LauncherWithOneProcessEqualsThePlainBinary) {
 
 // Two ranks with batch B each equal one process with batch 2B: the same global batch, the gradients
 // averaged over it. Loss sequences within fp32 round-off (the sums run in another order); the two
-// ranks' weights identical after the run.
+// ranks' weights identical after the run. Every stage with an all-reduce per layer (the default; v4's graphed,
+// against the plain graphed run), and v3 and v4 with the Reducer (v4 then eager, against the plain eager run).
 TEST(DataParallelGpu, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
   TT_REQUIRE_NCCL_GPUS(2);
   const fs::path dir = testing::fresh_dir("tt_dp_two");
-  for (const std::string stage : {"v1_baseline", "v2_fused", "v3_custom", "v4_ultra"}) {
-    SCOPED_TRACE(stage);
-    const std::string binary = (build_dir() / stage).string();
-    const std::string no_graph = stage == "v4_ultra" ? " --no-graph" : "";
-    const fs::path one_log = dir / (stage + "_one.log"), two_log = dir / (stage + "_two.log");
-    ASSERT_EQ(shell(binary + " " + stage_flags(4, dir / (stage + "_one.json")) + no_graph + " > " + one_log.string() +
-                    " 2>&1"),
+  struct Case {
+    std::string stage, name, one_flags, two_flags, sync;
+  };
+  for (const auto& c : {Case{"v1_baseline", "v1_baseline", "", "", "layers"},
+                        Case{"v2_fused", "v2_fused", "", "", "layers"},
+                        Case{"v3_custom", "v3_custom", "", "", "layers"},
+                        Case{"v3_custom", "v3_custom_reducer", "", " --dp-sync reducer", "reducer"},
+                        Case{"v4_ultra", "v4_ultra", "", "", "layers"},
+                        Case{"v4_ultra", "v4_ultra_reducer", " --no-graph", " --dp-sync reducer", "reducer"}}) {
+    SCOPED_TRACE(c.name);
+    const std::string binary = (build_dir() / c.stage).string();
+    const fs::path one_log = dir / (c.name + "_one.log"), two_log = dir / (c.name + "_two.log");
+    ASSERT_EQ(shell(binary + " " + stage_flags(4, dir / (c.name + "_one.json")) + c.one_flags + " > " +
+                    one_log.string() + " 2>&1"),
               0)
         << read_text(one_log);
     ASSERT_EQ(shell(launcher() + " --nproc 2 --master-port " + std::to_string(free_port()) + " " + binary + " " +
-                    stage_flags(2, dir / (stage + "_two.json")) + " > " + two_log.string() + " 2>&1"),
+                    stage_flags(2, dir / (c.name + "_two.json")) + c.two_flags + " > " + two_log.string() + " 2>&1"),
               0)
         << read_text(two_log);
-    const auto one = read_json_file((dir / (stage + "_one.json")).string());
-    const auto two = read_json_file((dir / (stage + "_two.json")).string());
+    const auto one = read_json_file((dir / (c.name + "_one.json")).string());
+    const auto two = read_json_file((dir / (c.name + "_two.json")).string());
     const double worst = largest_relative_difference(two.at("losses"), one.at("losses"));
     EXPECT_LE(worst, 1e-4) << "2 ranks x batch 2 vs 1 process x batch 4";
-    std::cout << "[2 ranks vs 1] " << stage << ": largest relative loss difference " << worst << std::endl;
+    std::cout << "[2 ranks vs 1] " << c.name << ": largest relative loss difference " << worst << std::endl;
     ASSERT_TRUE(two.contains("distributed")) << read_text(two_log);
     const auto& d = two.at("distributed");
     EXPECT_EQ(d.at("world_size"), 2);
     EXPECT_EQ(d.at("global_batch_size"), 4);
+    EXPECT_EQ(d.at("gradient_sync"), c.sync);
+    // The step as the result records it: graphed exactly where the plain run graphed.
+    const std::string one_step = one.at("stage").at("components").at("step");
+    const std::string two_step = two.at("stage").at("components").at("step");
+    EXPECT_EQ(two_step.rfind(one_step.substr(0, one_step.find(':') + 1), 0), 0u) << one_step << " / " << two_step;
+    EXPECT_NE(two_step.find("data parallel"), std::string::npos) << two_step;
     EXPECT_EQ(d.at("weights_max_diff_across_ranks"), 0.0) << "the ranks' weights drifted apart";
     EXPECT_DOUBLE_EQ(d.at("total_tokens_per_s").get<double>(), 2 * d.at("per_gpu_tokens_per_s").get<double>());
   }
@@ -360,28 +393,32 @@ TEST(DataParallelGpu, AKilledRankEndsTheRun) {
 
 // SIGTERM to one rank only (as when a scheduler's signal reaches the ranks at different times): every rank
 // stops after the same step (they vote after each step), so none waits in a collective for a peer that
-// left; both exit with 128 + 15, and rank 0 writes the checkpoint and the result marked interrupted.
+// left; both exit with 128 + 15, and rank 0 writes the checkpoint and the result marked interrupted. v4 too:
+// its vote runs between replays of a graph that holds the gradients' all-reduces.
 TEST(DataParallelGpu, ASignalToOneRankStopsEveryRankAtTheSameStep) {
   TT_REQUIRE_NCCL_GPUS(2);
-  const fs::path dir = testing::fresh_dir("tt_dp_signal");
-  const std::string binary = (build_dir() / "v1_baseline").string();
-  const fs::path log0 = dir / "rank0.log";
-  const std::string env =
-      "WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port());
-  const std::string flags = "--config " + smoke_json() +
-                            " --device cuda --batch-size 2 --warmup-steps 2 --num-steps 100000 --log-every 1"
-                            " --dist-timeout 60 --checkpoint-dir " +
-                            (dir / "ck").string() + " --output " + (dir / "stopped.json").string();
-  const std::string script =
-      "RANK=0 LOCAL_RANK=0 " + env + " " + binary + " " + flags + " > " + log0.string() + " 2>&1 & p0=$!; " +
-      "RANK=1 LOCAL_RANK=1 " + env + " " + binary + " " + flags + " > /dev/null 2>&1 & p1=$!; " +
-      "for i in $(seq 1200); do grep -q \"step 3/\" " + log0.string() + " && break; sleep 0.25; done; " +
-      "kill -TERM $p1; wait $p0; s0=$?; wait $p1; s1=$?; echo \"exit $s0 $s1\" >> " + log0.string() +
-      "; [ $s0 -eq 143 ] && [ $s1 -eq 143 ]";
-  EXPECT_EQ(shell(script), 0) << "both ranks must stop with 143\n" << read_text(log0);
-  EXPECT_NE(read_text(dir / "stopped.json").find("\"interrupted\": true"), std::string::npos) << read_text(log0);
-  EXPECT_FALSE(checkpoints_in((dir / "ck").string()).empty()) << read_text(log0);
-  testing::remove_tree(dir);
+  for (const std::string stage : {"v1_baseline", "v4_ultra"}) {
+    SCOPED_TRACE(stage);
+    const fs::path dir = testing::fresh_dir("tt_dp_signal_" + stage);
+    const std::string binary = (build_dir() / stage).string();
+    const fs::path log0 = dir / "rank0.log";
+    const std::string env =
+        "WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port());
+    const std::string flags = "--config " + smoke_json() +
+                              " --device cuda --batch-size 2 --warmup-steps 2 --num-steps 100000 --log-every 1"
+                              " --dist-timeout 60 --checkpoint-dir " +
+                              (dir / "ck").string() + " --output " + (dir / "stopped.json").string();
+    const std::string script =
+        "RANK=0 LOCAL_RANK=0 " + env + " " + binary + " " + flags + " > " + log0.string() + " 2>&1 & p0=$!; " +
+        "RANK=1 LOCAL_RANK=1 " + env + " " + binary + " " + flags + " > /dev/null 2>&1 & p1=$!; " +
+        "for i in $(seq 1200); do grep -q \"step 3/\" " + log0.string() + " && break; sleep 0.25; done; " +
+        "kill -TERM $p1; wait $p0; s0=$?; wait $p1; s1=$?; echo \"exit $s0 $s1\" >> " + log0.string() +
+        "; [ $s0 -eq 143 ] && [ $s1 -eq 143 ]";
+    EXPECT_EQ(shell(script), 0) << "both ranks must stop with 143\n" << read_text(log0);
+    EXPECT_NE(read_text(dir / "stopped.json").find("\"interrupted\": true"), std::string::npos) << read_text(log0);
+    EXPECT_FALSE(checkpoints_in((dir / "ck").string()).empty()) << read_text(log0);
+    testing::remove_tree(dir);
+  }
 }
 
 }  // namespace

@@ -91,6 +91,11 @@ cxxopts::Options make_options(const std::string& program) {
       "scaling-baseline",
       "result JSON of a 1-GPU run of the same stage, config and per-GPU batch: fills in "
       "distributed.scaling_efficiency [default none]",
+      cxxopts::value<std::string>())(
+      "dp-sync",
+      "how the gradients are averaged over ranks: layers (an all-reduce per layer as soon as its gradients are "
+      "final; captured in v4_ultra's graph) or reducer (c10d's Reducer, as Python's DDP; the step runs eagerly) "
+      "[default layers]",
       cxxopts::value<std::string>());
   add_config_flags(o);
   return o;
@@ -258,6 +263,7 @@ ParsedCommandLine parse_command_line(const std::string& program, const std::vect
   if (o.dist_timeout_s < 1)
     throw ConfigError("--dist-timeout " + std::to_string(o.dist_timeout_s) + " is not allowed: must be >= 1 second");
   override_field(r, "scaling-baseline", o.scaling_baseline);
+  if (r.count("dp-sync")) o.dp_sync = parse_gradient_sync(r["dp-sync"].as<std::string>());
   if (!o.scaling_baseline.empty() && !std::filesystem::is_regular_file(o.scaling_baseline))
     throw ConfigError("--scaling-baseline: file '" + o.scaling_baseline + "' does not exist (or is not a file)");
   return parsed;

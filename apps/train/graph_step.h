@@ -23,6 +23,7 @@ class GraphedStep final : public StepRunner {
   torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) override;
   bool times_phases() const override { return false; }
   const char* describe() const override;
+  bool captures_graph() const override { return true; }
 
  private:
   struct Graph;  // the vendor graph and its stream, kept out of this header

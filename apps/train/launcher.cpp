@@ -241,4 +241,13 @@ void check_port_free(int port) {
                            std::strerror(error));
 }
 
+const char* to_string(GradientSync sync) { return sync == GradientSync::kReducer ? "reducer" : "layers"; }
+
+GradientSync parse_gradient_sync(const std::string& value) {
+  if (value == "reducer") return GradientSync::kReducer;
+  if (value == "layers") return GradientSync::kLayers;
+  throw ConfigError("--dp-sync '" + value + "' is not allowed: must be reducer (c10d's Reducer, eager) or layers " +
+                    "(an all-reduce per layer, captured in a graphed stage's graph)");
+}
+
 }  // namespace tt

@@ -49,6 +49,22 @@ EnvLookup process_env();
 DistributedEnv parse_distributed_env(const EnvLookup& lookup);
 
 // ---------------------------------------------------------------------------------------------------
+// How the gradients are averaged over ranks (--dp-sync)
+// ---------------------------------------------------------------------------------------------------
+
+// kReducer: c10d's Reducer (what Python's DDP drives): buckets of about 25 MiB in the order the first backward
+// produced gradients, its bookkeeping on the host during the backward, so the step runs eagerly.
+// kLayers: one all-reduce per transformer layer (and per run of parameters between layers), started by a hook
+// when the layer's last gradient is final, on NCCL's stream beside the rest of the backward: no host state
+// between steps, so a graphed stage captures it with the rest of its step.
+enum class GradientSync { kReducer, kLayers };
+const char* to_string(GradientSync sync);
+// "reducer" or "layers"; throws ConfigError naming --dp-sync, the value and both allowed ones.
+GradientSync parse_gradient_sync(const std::string& value);
+// The default, the faster one on every stage measured (docs/multi-gpu.md: 2 x H200, medium bf16, v3 and v4).
+constexpr GradientSync kDefaultGradientSync = GradientSync::kLayers;
+
+// ---------------------------------------------------------------------------------------------------
 // Sharding: every rank draws the global batch and keeps rows [rank * B, (rank + 1) * B) of each step
 // ---------------------------------------------------------------------------------------------------
 

@@ -4,12 +4,11 @@
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
 
 #include <cstdlib>
 #include <optional>
 
+#include "apps/train/gradient_ready.h"
 #include "kernels/ops/adamw.h"
 
 namespace tt {
@@ -166,28 +165,21 @@ class OurAdamW final : public Optimizer {
     if (!overlap_) return;
     disarm();
     armed_ = true;
-    for (auto& r : ranges_) r.pending = 0, r.done = false;
+    done_.assign(ranges_.size(), false);
     if (!clipping()) {
       on_side([&] { ops::adamw_prepare(partials_, state_, hyper_); });
       set_carveout(true);
     }
+    // One group per layer range (the others run in step()): its masters, and their compute copies.
+    std::vector<std::vector<torch::Tensor>> groups(ranges_.size());
     for (size_t r = 0; r < ranges_.size(); ++r) {
       if (!ranges_[r].layer) continue;
-      for (size_t i = ranges_[r].begin; i < ranges_[r].end; ++i)
-        for (const auto* leaf : {&params_[i], &copy_of_[i]}) {
-          if (!leaf->defined()) continue;
-          auto accumulator = torch::autograd::impl::try_get_grad_accumulator(*leaf);
-          if (!accumulator) continue;  // this forward did not use the leaf: no gradient comes
-          ++ranges_[r].pending;
-          accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-              [this, r, armed_as = generation_](const torch::autograd::variable_list& outputs,
-                                                const torch::autograd::variable_list&) {
-                if (armed_as == generation_ && --ranges_[r].pending == 0) on_side([&] { run_pass(r); });
-                return outputs;
-              }));
-          accumulators_.push_back(std::move(accumulator));
-        }
+      for (size_t i = ranges_[r].begin; i < ranges_[r].end; ++i) {
+        groups[r].push_back(params_[i]);
+        groups[r].push_back(copy_of_[i]);  // undefined without one: skipped
+      }
     }
+    ready_.arm(groups, [this](size_t r) { on_side([&] { run_pass(r); }); });
   }
 
   void step() override {
@@ -197,9 +189,8 @@ class OurAdamW final : public Optimizer {
       return;
     }
     join_side();
-    if (!clipping()) set_carveout(false);
     for (size_t r = 0; r < ranges_.size(); ++r)
-      if (!ranges_[r].done) run_pass(r);
+      if (!done_[r]) run_pass(r);
     if (clipping()) {
       ops::adamw_prepare(partials_, state_, hyper_);
       ops::adamw_update(param_list(), 0, params_.size(), state_, hyper_);
@@ -221,14 +212,6 @@ class OurAdamW final : public Optimizer {
   }
 
  private:
-  // Consecutive parameters: one transformer layer's (started by hooks), or the rest between layers.
-  struct Range {
-    size_t begin = 0, end = 0;
-    bool layer = false;
-    int pending = 0;    // leaves still waiting for their gradient in this backward
-    bool done = false;  // this step's pass has been launched
-  };
-
   bool clipping() const { return hyper_.max_grad_norm > 0; }
 
   // The list adamw_step takes, with the gradients as they are now.
@@ -244,16 +227,11 @@ class OurAdamW final : public Optimizer {
   }
 
   void plan_overlap(const Transformer& model) {
-    const auto named = model->named_parameters(/*recurse=*/true);
-    TORCH_CHECK(named.size() == params_.size(), "OurAdamW: the model's parameter list changed");
-    std::string current;
-    for (size_t i = 0; i < named.size(); ++i) {
-      const std::string& name = named[i].key();  // layers.<i>.attention.wq.weight, ...
-      const std::string layer = name.rfind("layers.", 0) == 0 ? name.substr(0, name.find('.', 7)) : "";
-      if (ranges_.empty() || layer != current) ranges_.push_back({i, i, !layer.empty()});
-      ranges_.back().end = i + 1;
-      current = layer;
-    }
+    std::vector<std::string> names;
+    for (const auto& named : model->named_parameters(/*recurse=*/true)) names.push_back(named.key());
+    TORCH_CHECK(names.size() == params_.size(), "OurAdamW: the model's parameter list changed");
+    ranges_ = layer_ranges(names);
+    done_.assign(ranges_.size(), false);
     partials_ = ops::adamw_partials(param_list(), state_);
     if (params_.empty() || params_.front().is_cpu()) return;
     const c10::impl::VirtualGuardImpl impl(params_.front().device().type());
@@ -271,7 +249,7 @@ class OurAdamW final : public Optimizer {
     } else {
       ops::adamw_update(list, ranges_[r].begin, ranges_[r].end, state_, hyper_, max_blocks_);
     }
-    ranges_[r].done = true;
+    done_[r] = true;
   }
 
   // fn's kernels on the second stream, after everything queued on the current one (inline on the CPU).
@@ -296,8 +274,8 @@ class OurAdamW final : public Optimizer {
   }
 
   void disarm() {
-    accumulators_.clear();  // the hooks go with them: the backward's graph held the only other references
-    ++generation_;          // and hooks on an accumulator still alive elsewhere do nothing
+    set_carveout(false);  // also after a backward that threw
+    ready_.disarm();
     armed_ = false;
   }
 
@@ -313,14 +291,17 @@ class OurAdamW final : public Optimizer {
     return n;
   }
 
-  // The backward's GEMMs leave sm_carveout_ SMs to the update (ATen's cuBLAS SM-count target); step() undoes it.
+  // The backward's GEMMs leave sm_carveout_ SMs to the update (ATen's cuBLAS SM-count target); disarm()
+  // gives them back, after the step or after a backward that threw.
   void set_carveout(bool on) {
     if (sm_carveout_ == 0) return;
     if (on) {
       saved_carveout_ = at::globalContext()._SMCarveout_EXPERIMENTAL();
       at::globalContext()._setSMCarveout_EXPERIMENTAL(static_cast<int32_t>(sm_carveout_));
-    } else {
+      carveout_set_ = true;
+    } else if (carveout_set_) {
       at::globalContext()._setSMCarveout_EXPERIMENTAL(saved_carveout_);
+      carveout_set_ = false;
     }
   }
 
@@ -331,14 +312,15 @@ class OurAdamW final : public Optimizer {
   std::vector<torch::Tensor> exp_avgs_, exp_avg_sqs_;
   // Overlap (options.overlap).
   bool overlap_;
-  std::vector<Range> ranges_;
+  std::vector<ParameterRange> ranges_;  // one per layer, and the runs between layers
+  std::vector<bool> done_;               // per range: this step's pass has been launched
+  GradientReadyHooks ready_;             // starts a layer's pass when its gradients are final
   torch::Tensor partials_;  // the norm pass's partial sums, written range by range
   std::optional<c10::Stream> side_;
   int64_t max_blocks_ = 0;
   int64_t sm_carveout_ = 0;
   std::optional<int32_t> saved_carveout_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // this step's hooked ones
-  uint64_t generation_ = 0;
+  bool carveout_set_ = false;
   bool armed_ = false;
 };
 

@@ -36,15 +36,18 @@ nlohmann::json run_description(const StageSpec& spec, const RunConfig& config, c
             {"eval_data", o.eval_data},
             {"eval_every", o.eval_every},
             {"profile_steps", o.profile_steps},
-            {"dist_timeout_s", o.dist_timeout_s}}}};
+            {"dist_timeout_s", o.dist_timeout_s},
+            {"dp_sync", o.dp_sync ? to_string(*o.dp_sync) : "default"}}}};
 }
 
 // Refuses what data parallel cannot do.
 void check_data_parallel_options(const DistributedEnv& env, const StageSpec& spec, const RunConfig& config,
                                  const RunOptions& o) {
   if (!env.enabled) {
-    if (o.dist_timeout_given || !o.scaling_baseline.empty())
-      throw ConfigError(std::string(o.dist_timeout_given ? "--dist-timeout" : "--scaling-baseline") +
+    if (o.dist_timeout_given || !o.scaling_baseline.empty() || o.dp_sync)
+      throw ConfigError(std::string(o.dist_timeout_given          ? "--dist-timeout"
+                                    : !o.scaling_baseline.empty() ? "--scaling-baseline"
+                                                                  : "--dp-sync") +
                         " applies to data-parallel runs, and this process was not started by a launcher (no RANK/"
                         "WORLD_SIZE, OMPI_COMM_WORLD_* or SLURM_PROCID variables): use scripts/launch.sh --nproc N");
     return;
@@ -116,9 +119,13 @@ StageSpec effective_stage(const StageSpec& stage, const RunOptions& options, con
   }
   if (options.pitfall) spec = stages::with_pitfall(spec, *options.pitfall);
   if (dist.enabled && spec.step == StepKind::kGraph) {
-    spec.step = StepKind::kEager;
-    spec.summary += "; this run: data parallel, the step runs eagerly (the Reducer's bucket bookkeeping runs on "
-                    "the host during the backward, which a graph replay cannot repeat)";
+    if (options.dp_sync == GradientSync::kReducer) {
+      spec.step = StepKind::kEager;
+      spec.summary += "; this run: data parallel with --dp-sync reducer, the step runs eagerly (the Reducer's "
+                      "bucket bookkeeping runs on the host during the backward, which a graph replay cannot repeat)";
+    } else {
+      spec.summary += "; this run: data parallel, an all-reduce per layer captured in the graph";
+    }
   }
   return spec;
 }
@@ -142,6 +149,7 @@ RunPlan plan_run(const StageSpec& stage, const RunConfig& config, const RunOptio
   }
   p.options = options;
   p.dist = dist;
+  p.dp_sync = options.dp_sync.value_or(kDefaultGradientSync);
   check_data_parallel_options(dist, p.spec, config, options);
   p.writes_files = dist.rank == 0;  // data parallel: rank 0 alone writes results and checkpoints
   p.output = options.output.empty()
@@ -223,8 +231,13 @@ RunOutcome execute_run(RunPlan plan, std::ostream& log) {
     }
     if (context) {
       broadcast_weights(*context, trainer.model());
+      // A graphed stage captures at the same step as without data parallel (after a resume too).
+      const int64_t capture_at = trainer.graphed()
+                                     ? trainer.first_measured_step(extras.first_step) - extras.first_step - 1
+                                     : -1;
       trainer.use_runner(std::make_unique<DataParallelStep>(*context, trainer.model(), trainer.optimizer(),
-                                                            config.training.grad_accum_steps));
+                                                            config.training.grad_accum_steps, plan.dp_sync,
+                                                            capture_at));
     }
     extras.distributed = context.get();
     extras.eval_data = std::move(eval_data);

@@ -42,10 +42,12 @@ struct RunOptions {
   int64_t dist_timeout_s = 300;    // rendezvous and NCCL watchdog: a dead or hung rank stops the run after it
   bool dist_timeout_given = false;
   std::string scaling_baseline;    // a 1-GPU result JSON: fills in the result's scaling efficiency
+  std::optional<GradientSync> dp_sync;  // --dp-sync; unset: kDefaultGradientSync
 };
 
-// The stage as this run will run it: --no-graph and --pitfall applied, and data parallel's eager step under a
-// launcher (`dist` enabled). Throws ConfigError for --no-graph on a stage that runs eagerly anyway.
+// The stage as this run will run it: --no-graph and --pitfall applied, and under a launcher (`dist` enabled)
+// with --dp-sync reducer, the eager step the Reducer needs. Throws ConfigError for --no-graph on a stage that
+// runs eagerly anyway.
 StageSpec effective_stage(const StageSpec& stage, const RunOptions& options, const DistributedEnv& dist);
 
 // What will happen, decided before any work.
@@ -54,6 +56,7 @@ struct RunPlan {
   RunConfig config;
   RunOptions options;
   DistributedEnv dist;                    // enabled under a launcher
+  GradientSync dp_sync = GradientSync::kReducer;  // under a launcher: how the gradients are averaged
   bool writes_files = true;               // rank 0 (or the only process) writes the result and checkpoints
   std::string output;                     // the result JSON
   std::string trace;                      // --profile's trace, beside the result

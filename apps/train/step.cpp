@@ -62,6 +62,7 @@ torch::Tensor EagerStep::step(const torch::Tensor& inputs, const torch::Tensor& 
     hooks_->before_backward(loss, last);
     if (last) optimizer_.before_last_backward();  // an overlapping optimizer starts during this backward
     backward(loss);
+    hooks_->after_backward(last);
     if (phases) phases->mark(kAfterBackward);
     total = i == 0 ? loss.detach() : total + loss.detach();
   }

@@ -26,6 +26,8 @@ class StepRunner {
   virtual bool times_phases() const = 0;
   // How the step runs, for result files: "eager", ...
   virtual const char* describe() const = 0;
+  // Whether the step is captured as a graph during the warm-up (which then needs kGraphWarmupSteps steps).
+  virtual bool captures_graph() const { return false; }
 };
 
 // What a step runner adds to the eager step's one accumulation loop without changing its arithmetic: data
@@ -38,6 +40,8 @@ class StepHooks {
   virtual void before_forward(bool /*last*/) {}
   // Before that micro-batch's backward, with its (scaled) loss.
   virtual void before_backward(const torch::Tensor& /*loss*/, bool /*last*/) {}
+  // After it: the current stream must see the synchronised gradients from here on.
+  virtual void after_backward(bool /*last*/) {}
   // The step's loss as the runner reports it, from this process's sum of micro-batch losses (after the
   // optimizer): itself, or its mean over ranks.
   virtual torch::Tensor reported_loss(const torch::Tensor& total) { return total; }

@@ -101,7 +101,7 @@ int64_t first_measured_step(const TrainConfig& training, int64_t first_step, boo
 }
 
 int64_t Trainer::first_measured_step(int64_t first_step) const {
-  return tt::first_measured_step(config_.training, first_step, graphed_ && !replaced_);
+  return tt::first_measured_step(config_.training, first_step, graphed());
 }
 
 int64_t Trainer::resume(const Checkpoint& ck) {

@@ -68,7 +68,8 @@ class Trainer {
   void use_runner(std::unique_ptr<StepRunner> runner) { replaced_ = std::move(runner); }
   // How this trainer's steps run, for result files (the stage's choice, and why it was not taken).
   std::string step_description() const;
-  bool graphed() const { return graphed_ != nullptr; }
+  // Whether this trainer's steps are captured as a graph (the stage's own, or the runner's that replaced it).
+  bool graphed() const { return runner().captures_graph(); }
   const StageSpec& spec() const { return spec_; }
   const RunConfig& config() const { return config_; }
   const torch::Device& device() const { return device_; }

@@ -238,6 +238,8 @@ nlohmann::json distributed_report(DistributedContext& context, Trainer& trainer,
   out["world_size"] = world;
   out["backend"] = collective_backend_name();
   out["launcher"] = context.env().source;
+  out["gradient_sync"] = to_string(runner->sync());
+  out["step"] = runner->describe();
   out["per_gpu_batch_size"] = batch;
   out["global_batch_size"] = batch * world;
   out["per_gpu_tokens_per_s"] = summary.at("tokens_per_s");
@@ -249,7 +251,8 @@ nlohmann::json distributed_report(DistributedContext& context, Trainer& trainer,
   out["allreduce_timing"] =
       "median of " + std::to_string(kAllreduceRepeats) +
       " all-reduces of one step's gradients (one buffer per dtype), run alone after training with device events "
-      "on rank 0; inside a step the Reducer's buckets overlap the backward, so a step waits for less than this";
+      "on rank 0; inside a step the all-reduces (the Reducer's buckets, or one per layer) overlap the backward, so a "
+      "step waits for less than this";
   out["loss_definition"] = "mean over ranks of each rank's shard loss: the global batch's loss";
   out["weights_max_diff_across_ranks"] = weight_spread;
   out["scaling_efficiency"] = nullptr;
