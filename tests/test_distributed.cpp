@@ -15,8 +15,10 @@
 #include "apps/cli/stage_cli.h"
 #include "apps/train/distributed.h"
 #include "apps/train/run.h"
+#include "apps/train/trainer.h"
 #include "helpers.h"
 #include "ports.h"
+#include "threaded_group.h"
 
 namespace tt {
 namespace {
@@ -258,6 +260,114 @@ TEST(DistributedContext, RefusesAHostWithoutGpusOrNccl) {
     EXPECT_MENTIONS(m, "rank 1 sees no GPU");
   else
     EXPECT_MENTIONS(m, "needs a LibTorch with NCCL and nccl.h at build time");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Two ranks on the CPU: threads of this process over an in-process c10d backend (tests/threaded_group.h)
+// ---------------------------------------------------------------------------------------------------
+
+struct Trajectory {
+  std::vector<double> losses;
+  std::map<std::string, torch::Tensor> weights;
+};
+
+// `steps` optimizer steps of one process on the whole global batch of each step.
+Trajectory train_alone(const StageSpec& spec, const RunConfig& c, const std::vector<torch::Tensor>& batches) {
+  Trainer trainer(spec, c, torch::kCPU);
+  Trajectory t;
+  for (const auto& batch : batches) {
+    auto inputs = batch.narrow(1, 0, c.training.seq_len), labels = batch.narrow(1, 1, c.training.seq_len);
+    t.losses.push_back(trainer.step(inputs, labels).item<double>());
+  }
+  t.weights = trainer.model()->canonical_state();
+  return t;
+}
+
+// The same on `world` ranks, each a thread with its own model, optimizer and DataParallelStep; rank r trains
+// rows [r * R, (r + 1) * R) of each global batch of world * R rows (as make_sharded_source deals them).
+std::vector<Trajectory> train_in_threads(const StageSpec& spec, const RunConfig& c, GradientSync sync, int world,
+                                         const std::vector<torch::Tensor>& batches) {
+  auto hub = std::make_shared<testing::ThreadedBackend::Hub>(world);
+  std::vector<std::unique_ptr<DistributedContext>> contexts;
+  std::vector<std::unique_ptr<Trainer>> trainers;
+  for (int r = 0; r < world; ++r) {  // built here, one after another: the runs start from the same weights
+    DistributedEnv env;
+    env.enabled = true;
+    env.source = "test threads";
+    env.rank = env.local_rank = r;
+    env.world_size = world;
+    contexts.push_back(std::make_unique<DistributedContext>(env, testing::threaded_group(hub, r), torch::kCPU));
+    trainers.push_back(std::make_unique<Trainer>(spec, c, torch::kCPU));
+    trainers.back()->use_runner(std::make_unique<DataParallelStep>(
+        *contexts.back(), trainers.back()->model(), trainers.back()->optimizer(), c.training.grad_accum_steps, sync));
+  }
+  std::vector<Trajectory> out(static_cast<size_t>(world));
+  std::vector<std::string> errors(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        broadcast_weights(*contexts[r], trainers[r]->model());
+        for (const auto& batch : batches) {
+          const int64_t rows = batch.size(0) / world;
+          auto mine = batch.narrow(0, r * rows, rows);
+          auto inputs = mine.narrow(1, 0, c.training.seq_len), labels = mine.narrow(1, 1, c.training.seq_len);
+          out[r].losses.push_back(trainers[r]->step(inputs, labels).item<double>());
+        }
+        out[r].weights = trainers[r]->model()->canonical_state();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  return out;
+}
+
+// Two ranks with R rows each equal one process with 2R rows: the same global batch, the gradients averaged
+// over it (within fp32 round-off: the sums run in another order), for both ways of averaging, with gradient
+// accumulation and clipping on the global norm; the ranks' weights identical, bitwise, after every run.
+// The step on the GPU (NCCL, v4's graph) is tested by DataParallelGpu.*.
+TEST(DataParallelCpu, TwoRanksEqualOneProcessWithTheSameGlobalBatch) {
+  for (const auto& spec : {stages::v1_baseline(), testing::eager_step(stages::v4_ultra())})
+    for (const GradientSync sync : {GradientSync::kLayers, GradientSync::kReducer})
+      for (const int64_t accum : {1, 2}) {
+        SCOPED_TRACE(spec.name + " " + to_string(sync) + " accumulation " + std::to_string(accum));
+        RunConfig c = testing::smoke_config();
+        c.training.batch_size = 2;  // per rank
+        c.training.grad_accum_steps = accum;
+        if (accum > 1) c.training.grad_clip = 0.5;
+        constexpr int kWorld = 2, kSteps = 4;
+        std::vector<torch::Tensor> batches;
+        for (int i = 0; i < kSteps; ++i)
+          batches.push_back(testing::random_tokens(kWorld * accum * c.training.batch_size, c.training.seq_len + 1,
+                                                   c.model.vocab_size, 100 + i));
+        RunConfig alone_config = c;
+        alone_config.training.batch_size = kWorld * c.training.batch_size;
+        // One process: micro-batch i is rows [i * 2R, (i + 1) * 2R); rank r's micro-batches are other rows of
+        // the same step, which is the same mean over the same rows.
+        const Trajectory alone = train_alone(spec, alone_config, batches);
+        const auto ranks = train_in_threads(spec, c, sync, kWorld, batches);
+        ASSERT_EQ(ranks[0].losses.size(), alone.losses.size());
+        for (size_t i = 0; i < alone.losses.size(); ++i) {
+          EXPECT_NEAR(ranks[0].losses[i], alone.losses[i], 1e-5 * std::abs(alone.losses[i])) << "step " << i;
+          EXPECT_EQ(ranks[1].losses[i], ranks[0].losses[i]) << "step " << i << ": every rank records the mean";
+        }
+        for (const auto& [name, w] : alone.weights) {
+          EXPECT_LE(testing::rel_error(ranks[0].weights.at(name), w), 1e-5) << name;
+          EXPECT_TRUE(torch::equal(ranks[1].weights.at(name), ranks[0].weights.at(name))) << name;
+        }
+        // Positive control: without averaging (each rank alone on its rows) the weights differ.
+        if (sync == GradientSync::kLayers && accum == 1) {
+          std::vector<torch::Tensor> own;
+          for (const auto& b : batches) own.push_back(b.narrow(0, 0, c.training.batch_size));
+          const Trajectory rank0_alone = train_alone(spec, c, own);
+          double worst = 0;
+          for (const auto& [name, w] : rank0_alone.weights)
+            worst = std::max(worst, testing::rel_error(ranks[0].weights.at(name), w));
+          EXPECT_GT(worst, 1e-4) << "the test would not see missing averaging";
+        }
+      }
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -123,6 +123,7 @@ DistributedContext::DistributedContext(const DistributedEnv& env, const Distribu
                              "host? c10d said: " + error_text(e));
   }
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));  // before the first collective
+  device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
   // A collective that times out (a dead or hung peer) tears this process down: LibTorch's default since 2.2,
   // stated here because the bounded wait depends on it (a value the user set is kept).
   ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3", /*overwrite=*/0);
@@ -134,6 +135,14 @@ DistributedContext::DistributedContext(const DistributedEnv& env, const Distribu
   impl_->group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
   impl_->group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
 #endif
+}
+
+DistributedContext::DistributedContext(const DistributedEnv& env, c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                       torch::Device device)
+    : env_(env), impl_(std::make_unique<Impl>()), device_(device) {
+  TORCH_CHECK(group && group->getRank() == env.rank && group->getSize() == env.world_size,
+              "DistributedContext: the group is not rank ", env.rank, " of ", env.world_size);
+  impl_->group = std::move(group);
 }
 
 DistributedContext::~DistributedContext() {
@@ -159,10 +168,6 @@ void DistributedContext::abort() {
     std::cerr << "(while stopping after that error, aborting the process group failed too: " << error_text(e) << ")"
               << std::endl;
   }
-}
-
-torch::Device DistributedContext::device() const {
-  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env_.local_rank));
 }
 
 c10d::Store& DistributedContext::store() { return *impl_->store; }
@@ -303,7 +308,6 @@ struct DataParallelStep::State : StepHooks {
 
 namespace {
 
-#ifdef TT_DATA_PARALLEL
 // c10d's Reducer, in the order Python's DDP calls it, on the micro-batch whose backward all-reduces; before
 // it the Reducer is left out entirely, as under DDP's no_sync: without prepare_for_backward its hooks return
 // at once, and the gradients accumulate on the parameters, which the last backward's buckets then carry.
@@ -411,7 +415,6 @@ std::vector<std::vector<torch::Tensor>> layer_groups(Transformer& model, const s
   }
   return groups;
 }
-#endif
 
 }  // namespace
 
@@ -421,9 +424,6 @@ DataParallelStep::DataParallelStep(DistributedContext& context, Transformer mode
   TORCH_CHECK(accum_steps >= 1, "DataParallelStep: accum_steps must be >= 1, got ", accum_steps);
   TORCH_CHECK(capture_at < 0 || sync == GradientSync::kLayers,
               "DataParallelStep: the Reducer's host bookkeeping cannot be captured in a graph; use layers");
-#ifndef TT_DATA_PARALLEL
-  TORCH_CHECK(false, "DataParallelStep: this build has no NCCL");
-#else
   const auto leaves = gradient_leaves(model);
   for (const auto& leaf : leaves) {
     const auto dtype = leaf.scalar_type();
@@ -437,7 +437,6 @@ DataParallelStep::DataParallelStep(DistributedContext& context, Transformer mode
     state_ = std::make_unique<LayerSync>(context, layer_groups(model, leaves));
   eager_ = std::make_unique<EagerStep>(std::move(model), optimizer, accum_steps, state_.get());
   if (capture_at >= 0) graph_ = std::make_unique<GraphedStep>(*eager_, capture_at);
-#endif
 }
 
 DataParallelStep::~DataParallelStep() = default;
@@ -453,7 +452,6 @@ const char* DataParallelStep::describe() const {
 }
 
 torch::Tensor DataParallelStep::step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) {
-  // Without NCCL the constructor refused already.
   return graph_ ? graph_->step(inputs, labels, timer) : eager_->step(inputs, labels, timer);
 }
 

@@ -25,6 +25,10 @@
 #include "models/config.h"
 #include "models/transformer.h"
 
+namespace c10d {
+class ProcessGroup;
+}
+
 namespace tt {
 
 // ---------------------------------------------------------------------------------------------------
@@ -47,6 +51,8 @@ class DistributedContext {
   // Collectives that do not finish within options.timeout abort this process (NCCL's watchdog), so a
   // dead or hung rank never hangs the others forever.
   DistributedContext(const DistributedEnv& env, const DistributedOptions& options);
+  // Over a process group made elsewhere, on `device` (tests: an in-process group of CPU ranks); no rendezvous.
+  DistributedContext(const DistributedEnv& env, c10::intrusive_ptr<c10d::ProcessGroup> group, torch::Device device);
   ~DistributedContext();
   DistributedContext(const DistributedContext&) = delete;
   DistributedContext& operator=(const DistributedContext&) = delete;
@@ -54,7 +60,7 @@ class DistributedContext {
   const DistributedEnv& env() const { return env_; }
   int rank() const { return env_.rank; }
   int world_size() const { return env_.world_size; }
-  torch::Device device() const;
+  torch::Device device() const { return device_; }
   c10d::Store& store();
   std::chrono::seconds timeout() const { return options_.timeout; }
   // On an error: tears the communicators down without waiting for the other ranks (which may be gone).
@@ -78,6 +84,7 @@ class DistributedContext {
   DistributedEnv env_;
   DistributedOptions options_;
   std::unique_ptr<Impl> impl_;
+  torch::Device device_ = torch::kCPU;  // the GPU of env.local_rank once the NCCL group is made
 };
 
 // A stop on a signal under data parallel: every rank must end after the same step, whichever got the

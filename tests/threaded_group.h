@@ -1,0 +1,125 @@
+// An in-process process group for CPU tests of data parallel: N ranks as N threads of one process, with a c10d
+// Backend whose collectives meet at a shared rendezvous. LibTorch's own CPU backend (gloo) needs headers the
+// wheel does not ship (docs/multi-gpu.md), so CI tests the data-parallel step's arithmetic through this one:
+// the same c10d ProcessGroup, Reducer and op dispatch as on GPUs, only the transport differs. Results are
+// combined in rank order on one thread and copied to every rank, so all ranks see identical values.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/torch.h>
+
+namespace tt::testing {
+
+class ThreadedBackend final : public c10d::Backend {
+ public:
+  // Where the ranks meet: one per group, shared by its ranks' backends.
+  struct Hub {
+    explicit Hub(int size) : size(size), slots(static_cast<size_t>(size)) {}
+    const int size;
+    std::mutex mutex;
+    std::condition_variable changed;
+    int arrived = 0;
+    uint64_t generation = 0;
+    std::vector<std::vector<at::Tensor>*> slots;  // each waiting rank's tensors
+  };
+
+  ThreadedBackend(std::shared_ptr<Hub> hub, int rank) : Backend(rank, hub->size), hub_(std::move(hub)) {}
+  const std::string getBackendName() const override { return "threaded (tests)"; }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& options) override {
+    meet(tensors, [&](std::vector<std::vector<at::Tensor>*>& all) {
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        at::Tensor result = (*all[0])[i].clone();
+        for (size_t r = 1; r < all.size(); ++r) {
+          const at::Tensor& t = (*all[r])[i];
+          switch (options.reduceOp) {
+            case c10d::ReduceOp::MAX: result = at::maximum(result, t); break;
+            case c10d::ReduceOp::MIN: result = at::minimum(result, t); break;
+            default: result.add_(t);
+          }
+        }
+        if (options.reduceOp == c10d::ReduceOp::AVG) result.div_(static_cast<double>(all.size()));
+        TORCH_CHECK(options.reduceOp == c10d::ReduceOp::AVG || options.reduceOp == c10d::ReduceOp::SUM ||
+                        options.reduceOp == c10d::ReduceOp::MAX || options.reduceOp == c10d::ReduceOp::MIN,
+                    "ThreadedBackend: reduce op not supported");
+        for (auto* rank : all) (*rank)[i].copy_(result);
+      }
+    });
+    return done(tensors);
+  }
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& options) override {
+    return allreduce(tensors, options);
+  }
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& options) override {
+    meet(tensors, [&](std::vector<std::vector<at::Tensor>*>& all) {
+      for (size_t i = 0; i < tensors.size(); ++i)
+        for (auto* rank : all) (*rank)[i].copy_((*all[static_cast<size_t>(options.rootRank)])[i]);
+    });
+    return done(tensors);
+  }
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
+    std::vector<at::Tensor> none;
+    meet(none, [](auto&) {});
+    return done(none);
+  }
+  void shutdown() override {}
+  void abort() override {}
+
+ private:
+  // A finished collective: its future holds the tensors (the Reducer reads a bucket's result from it).
+  class Done final : public c10d::Work {
+   public:
+    explicit Done(std::vector<at::Tensor> tensors)
+        : future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+      future_->markCompleted(c10::IValue(std::move(tensors)));
+    }
+    bool isCompleted() override { return true; }
+    bool wait(std::chrono::milliseconds) override { return true; }
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+   private:
+    c10::intrusive_ptr<c10::ivalue::Future> future_;
+  };
+  static c10::intrusive_ptr<c10d::Work> done(const std::vector<at::Tensor>& tensors) {
+    return c10::make_intrusive<Done>(tensors);
+  }
+
+  // Every rank calls with its tensors; the last to arrive runs `combine` over all of them, then all return.
+  void meet(std::vector<at::Tensor>& tensors, const std::function<void(std::vector<std::vector<at::Tensor>*>&)>& combine) {
+    std::unique_lock<std::mutex> lock(hub_->mutex);
+    hub_->slots[static_cast<size_t>(getRank())] = &tensors;
+    const uint64_t generation = hub_->generation;
+    if (++hub_->arrived == hub_->size) {
+      combine(hub_->slots);
+      hub_->arrived = 0;
+      ++hub_->generation;
+      hub_->changed.notify_all();
+    } else {
+      hub_->changed.wait(lock, [&] { return hub_->generation != generation; });
+    }
+  }
+
+  std::shared_ptr<Hub> hub_;
+};
+
+// Rank `rank` of a group whose ranks share `hub`, on the CPU.
+inline c10::intrusive_ptr<c10d::ProcessGroup> threaded_group(const std::shared_ptr<ThreadedBackend::Hub>& hub,
+                                                             int rank) {
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(rank, hub->size);
+  auto backend = c10::make_intrusive<ThreadedBackend>(hub, rank);
+  group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::CUSTOM, backend);
+  group->setDefaultBackend(c10d::ProcessGroup::BackendType::CUSTOM);
+  return group;
+}
+
+}  // namespace tt::testing
