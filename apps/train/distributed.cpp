@@ -170,7 +170,10 @@ void DistributedContext::abort() {
   }
 }
 
-c10d::Store& DistributedContext::store() { return *impl_->store; }
+c10d::Store& DistributedContext::store() {
+  TORCH_CHECK(impl_->store, "DistributedContext: this context was given its group and has no store of its own");
+  return *impl_->store;
+}
 
 void DistributedContext::broadcast_from_rank0(std::vector<torch::Tensor> tensors) {
   torch::NoGradGuard no_grad;
