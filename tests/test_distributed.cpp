@@ -13,6 +13,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "apps/cli/stage_cli.h"
+#include "apps/train/data_parallel_step.h"
 #include "apps/train/distributed.h"
 #include "apps/train/run.h"
 #include "apps/train/trainer.h"

@@ -16,6 +16,7 @@
 #include "apps/train/run_result.h"
 #include "apps/train/training_run.h"
 #include "apps/train/checkpointing.h"
+#include "apps/train/data_parallel_step.h"
 #include "apps/train/distributed.h"
 #include "tests/helpers.h"
 #include "tests/ports.h"

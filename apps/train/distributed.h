@@ -1,11 +1,11 @@
 // Data parallel on LibTorch's own distributed engine, c10d: one process per GPU, a TCPStore rendezvous at
-// MASTER_ADDR:MASTER_PORT, ProcessGroupNCCL (RCCL in ROCm builds of LibTorch) for the collectives, and
-// c10d's Reducer, which is what Python's DistributedDataParallel drives: autograd hooks that all-reduce
-// each bucket of gradients as soon as its last gradient is ready, so communication overlaps the rest of
-// the backward. Each rank draws the whole global batch from the shared seed and keeps its own rows.
+// MASTER_ADDR:MASTER_PORT and ProcessGroupNCCL (RCCL in ROCm builds of LibTorch) for the collectives. Each
+// rank draws the whole global batch from the shared seed and keeps its own rows.
 //
-// The plain parts (reading the launcher's variables, sharding, comparing configs) are apps/train/launcher.h:
-// they need no GPU and are tested on the CPU; the rest, here, needs a GPU and a LibTorch built with NCCL.
+// Three layers: the plain parts (reading the launcher's variables, sharding, comparing configs) are
+// apps/train/launcher.h, tested on the CPU; the process group, the stop vote and the weights' broadcast are
+// here and need a GPU and a LibTorch built with NCCL; the step that averages the gradients is
+// apps/train/data_parallel_step.h.
 #pragma once
 
 #include <chrono>
@@ -20,8 +20,6 @@
 
 #include "apps/train/data.h"
 #include "apps/train/launcher.h"
-#include "apps/train/optimizer.h"
-#include "apps/train/step.h"
 #include "models/config.h"
 #include "models/transformer.h"
 
@@ -77,8 +75,10 @@ class DistributedContext {
   // dtype, as the Reducer's buckets are per dtype), measured alone with device events after `warmup` runs.
   double time_allreduce_ms(const std::vector<std::pair<torch::Dtype, int64_t>>& bytes_per_dtype, int repeats);
 
+  // The process group, for the data-parallel step's collectives.
+  const c10::intrusive_ptr<c10d::ProcessGroup>& group() const;
+
   struct Impl;  // the c10d objects, kept out of this header
-  Impl& impl() { return *impl_; }
 
  private:
   DistributedEnv env_;
@@ -105,44 +105,5 @@ class StopVote {
 
 // Rank 0's weights (and, in bf16 stages, the compute copies refreshed from them) on every rank.
 void broadcast_weights(DistributedContext& context, Transformer& model);
-
-// The leaves of the model that receive a gradient in a step at the model's precision: parameters, or in bf16 stages
-// with compute copies, the copies (and the masters the forward also reads, such as a tied embedding).
-// Found by one forward and backward on a tiny batch, so no stage's layout is assumed; gradients are reset.
-std::vector<torch::Tensor> gradient_leaves(Transformer& model);
-
-// EagerStep's one accumulation loop with the gradients averaged over ranks, added through StepHooks (`sync`,
-// launcher.h): by c10d's Reducer, or by an all-reduce per layer. Either way the all-reduces start during the
-// backward, as the gradients become final, and run on NCCL's stream beside it; the optimizer (which clips on
-// the global norm of the averaged gradients) starts after the last one. The returned loss is the mean over
-// ranks (one more small all-reduce), so every rank records the global batch's loss. With gradient
-// accumulation (accum_steps k > 1) the first k - 1 backwards accumulate locally (Python DDP's no_sync) and
-// only the last one all-reduces: one gradient all-reduce per optimizer step, of the sum of all k
-// micro-batches' gradients.
-// With capture_at >= 1 (layers only) the step is captured as a graph at call capture_at after that many
-// eager warm-up calls (GraphedStep): the all-reduces, the optimizer and the loss's mean are in the graph.
-class DataParallelStep final : public StepRunner {
- public:
-  DataParallelStep(DistributedContext& context, Transformer model, Optimizer& optimizer, int64_t accum_steps = 1,
-                   GradientSync sync = GradientSync::kReducer, int64_t capture_at = -1);
-  ~DataParallelStep() override;
-  torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) override;
-  bool times_phases() const override { return !graph_ && accum_steps_ == 1; }
-  const char* describe() const override;
-  bool captures_graph() const override { return graph_ != nullptr; }
-  GradientSync sync() const { return sync_; }
-  // Bytes of gradients all-reduced per step, per dtype.
-  const std::vector<std::pair<torch::Dtype, int64_t>>& gradient_bytes() const { return gradient_bytes_; }
-
-  struct State;  // the hooks that average the gradients (Reducer or layers: distributed.cpp)
-
- private:
-  int64_t accum_steps_;
-  GradientSync sync_;
-  std::vector<std::pair<torch::Dtype, int64_t>> gradient_bytes_;
-  std::unique_ptr<State> state_;
-  std::unique_ptr<EagerStep> eager_;
-  std::unique_ptr<StepRunner> graph_;  // null: eager
-};
 
 }  // namespace tt

@@ -1,7 +1,7 @@
 // "This group's gradients are final": a call during the backward, as soon as the last gradient of a group of
 // leaves has been accumulated, so that work on them (an optimizer's update, data parallel's all-reduce) can
 // start beside the rest of the backward instead of after it. Used by our AdamW's overlap
-// (apps/train/optimizer.cpp) and data parallel's per-layer all-reduce (apps/train/distributed.cpp).
+// (apps/train/optimizer.cpp) and data parallel's per-layer all-reduce (apps/train/data_parallel_step.cpp).
 //
 // The hooks sit on the leaves' gradient accumulators (autograd's AccumulateGrad nodes), which run after the
 // gradient is added to .grad. They run on the host while the backward is queued, so under a graph capture

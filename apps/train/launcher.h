@@ -1,6 +1,7 @@
-// Data parallel's plain side, before any GPU or collective (apps/train/distributed.h is the rest): who this
-// process is, from the variables its launcher set; which rows of each global batch it trains; and the start-up
-// agreement that every rank runs the same run. Everything here is tested on the CPU.
+// Data parallel's plain side, before any GPU or collective (apps/train/distributed.h and data_parallel_step.h
+// are the rest): who this process is, from the variables its launcher set; which rows of each global batch it
+// trains; how the gradients are averaged; and the start-up agreement that every rank runs the same run.
+// Everything here is tested on the CPU.
 #pragma once
 
 #include <functional>

@@ -8,6 +8,7 @@
 
 #include "apps/results/output_files.h"
 #include "apps/results/result_file.h"
+#include "apps/train/data_parallel_step.h"
 #include "apps/train/device.h"
 #include "apps/train/evaluation_report.h"
 #include "apps/train/profiling.h"

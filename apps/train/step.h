@@ -31,7 +31,7 @@ class StepRunner {
 };
 
 // What a step runner adds to the eager step's one accumulation loop without changing its arithmetic: data
-// parallel's gradient synchronisation (apps/train/distributed.h). The defaults do nothing.
+// parallel's gradient synchronisation (apps/train/data_parallel_step.h). The defaults do nothing.
 class StepHooks {
  public:
   virtual ~StepHooks() = default;

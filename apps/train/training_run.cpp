@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "apps/train/data_parallel_step.h"
 #include "apps/train/evaluation_report.h"
 #include "apps/train/run_result.h"
 #include "apps/train/system_info.h"

@@ -1,0 +1,202 @@
+#include "apps/train/data_parallel_step.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <unordered_map>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+
+#include "apps/train/gradient_ready.h"
+#include "apps/train/graph_step.h"
+
+namespace tt {
+
+// ---------------------------------------------------------------------------------------------------
+// Gradients
+// ---------------------------------------------------------------------------------------------------
+
+std::vector<torch::Tensor> gradient_leaves(Transformer& model) {
+  const auto parameters = model->parameters();
+  const torch::Device device = parameters.front().device();
+  const int64_t length = std::min<int64_t>(8, model->config().max_seq_len);
+  auto tokens = torch::ones({1, length}, torch::TensorOptions().dtype(torch::kLong).device(device));
+  model->loss(tokens, tokens).backward();  // at the model's precision
+  std::vector<torch::Tensor> leaves;
+  for (const auto& p : parameters) {
+    if (p.grad().defined()) leaves.push_back(p);
+    for (const auto& c : model->compute_copies())
+      if (c.master.is_same(p) && c.copy.grad().defined()) leaves.push_back(c.copy);
+  }
+  for (auto p : parameters) p.mutable_grad() = torch::Tensor();
+  for (auto c : model->compute_copies()) c.copy.mutable_grad() = torch::Tensor();
+  return leaves;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The data-parallel step
+// ---------------------------------------------------------------------------------------------------
+
+// What both ways of averaging share: the loss's mean over ranks.
+struct DataParallelStep::State : StepHooks {
+  explicit State(DistributedContext& context) : context(context) {}
+  DistributedContext& context;
+  torch::Tensor reported_loss(const torch::Tensor& total) override {
+    auto mean = total.to(torch::kFloat32).clone();
+    context.average(mean);  // the global batch's loss on every rank
+    return mean;
+  }
+};
+
+namespace {
+
+// c10d's Reducer, in the order Python's DDP calls it, on the micro-batch whose backward all-reduces; before
+// it the Reducer is left out entirely, as under DDP's no_sync: without prepare_for_backward its hooks return
+// at once, and the gradients accumulate on the parameters, which the last backward's buckets then carry.
+struct ReducerSync final : DataParallelStep::State {
+  ReducerSync(DistributedContext& context, const std::vector<torch::Tensor>& leaves) : State(context) {
+    auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
+        leaves, {std::numeric_limits<size_t>::max()}, std::vector<bool>(leaves.size(), false));
+    std::reverse(buckets.begin(), buckets.end());
+    reducer = std::make_unique<c10d::Reducer>(
+        leaves, std::move(buckets), context.group(), std::vector<bool>(leaves.size(), false), kBucketBytes,
+        /*find_unused_parameters=*/false, /*gradient_as_bucket_view=*/false,
+        std::unordered_map<size_t, std::string>{}, kFirstBucketBytes, /*skip_all_reduce_unused_params=*/false,
+        /*use_python_reducer=*/false, std::vector<int64_t>{});
+  }
+  // rebuild_buckets is a no-op except in the second synced step, where it re-buckets in the order the first
+  // backward produced gradients (a collective, on every rank).
+  void before_forward(bool last) override {
+    if (!last) return;
+    reducer->prepare_for_forward();
+    reducer->rebuild_buckets();
+  }
+  // The Reducer's hooks then all-reduce each bucket as its gradients become ready; the backward returns after
+  // the last bucket's all-reduce is queued and the current stream waits for all of them.
+  void before_backward(const torch::Tensor& loss, bool last) override {
+    if (last) reducer->prepare_for_backward({loss});
+  }
+
+  // Bucket sizes as Python's DDP chooses them: the first iteration all-reduces one bucket per dtype (the
+  // order in which gradients become ready is not known yet); then the Reducer rebuilds its buckets in that
+  // order, a small first one (so the last layer's gradients start moving at once) and 25 MiB after it.
+  static constexpr int64_t kFirstBucketBytes = 1 << 20;
+  static constexpr int64_t kBucketBytes = 25 << 20;
+  std::unique_ptr<c10d::Reducer> reducer;
+};
+
+// One all-reduce (mean) per group of leaves: a transformer layer's, or a run of parameters between layers,
+// split by dtype (one NCCL call takes one dtype). A group's all-reduce is queued on NCCL's stream when its
+// last gradient is final (GradientReadyHooks), ordered after what the backward queued so far; after the
+// backward the current stream waits for all of them. Nothing here keeps host state from one step to the
+// next, so a graph capture records the all-reduces in the backward's order and every replay repeats them.
+struct LayerSync final : DataParallelStep::State {
+  LayerSync(DistributedContext& context, const std::vector<std::vector<torch::Tensor>>& groups)
+      : State(context), groups(groups) {}
+
+  void before_backward(const torch::Tensor&, bool last) override {
+    if (!last) return;
+    works.clear();
+    ready.arm(groups, [this](size_t g) { all_reduce(g); });
+  }
+  void after_backward(bool last) override {
+    if (!last) return;
+    // A group the hooks did not start (none of its leaves reached by the backward, yet with gradients from
+    // an earlier micro-batch) is all-reduced now: every rank queues the same all-reduces in the same order.
+    for (size_t g = 0; g < groups.size(); ++g)
+      if (!ready.fired(g)) all_reduce(g);
+    ready.disarm();
+    for (auto& work : works) work->wait();  // a stream wait: the optimizer's kernels come after the all-reduces
+    works.clear();
+  }
+
+  void all_reduce(size_t g) {
+    std::vector<torch::Tensor> grads;
+    for (const auto& leaf : groups[g])
+      if (leaf.grad().defined()) grads.push_back(leaf.grad());
+    if (grads.empty()) return;
+    c10d::AllreduceCoalescedOptions options;
+    options.reduceOp = c10d::ReduceOp::AVG;
+    works.push_back(context.group()->allreduce_coalesced(grads, options));
+  }
+
+  std::vector<std::vector<torch::Tensor>> groups;
+  GradientReadyHooks ready;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+};
+
+// The leaves in groups of one layer (or run between layers) and one dtype, in the model's parameter order;
+// a compute copy goes with its master's layer.
+std::vector<std::vector<torch::Tensor>> layer_groups(Transformer& model, const std::vector<torch::Tensor>& leaves) {
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> parameters;
+  for (const auto& named : model->named_parameters(/*recurse=*/true)) {
+    names.push_back(named.key());
+    parameters.push_back(named.value());
+  }
+  auto range_of = [&, ranges = layer_ranges(names)](const torch::Tensor& leaf) {
+    torch::Tensor master = leaf;
+    for (const auto& c : model->compute_copies())
+      if (c.copy.is_same(leaf)) master = c.master;
+    for (size_t r = 0; r < ranges.size(); ++r)
+      for (size_t i = ranges[r].begin; i < ranges[r].end; ++i)
+        if (parameters[i].is_same(master)) return r;
+    TORCH_CHECK(false, "data parallel: a gradient leaf is neither a parameter nor a compute copy of one");
+  };
+  std::vector<std::vector<torch::Tensor>> groups;
+  std::vector<std::pair<size_t, torch::Dtype>> keys;
+  for (const auto& leaf : leaves) {
+    const std::pair<size_t, torch::Dtype> key{range_of(leaf), leaf.scalar_type()};
+    auto it = std::find(keys.begin(), keys.end(), key);
+    if (it == keys.end()) {
+      keys.push_back(key);
+      groups.emplace_back();
+      it = keys.end() - 1;
+    }
+    groups[static_cast<size_t>(it - keys.begin())].push_back(leaf);
+  }
+  return groups;
+}
+
+}  // namespace
+
+DataParallelStep::DataParallelStep(DistributedContext& context, Transformer model, Optimizer& optimizer,
+                                   int64_t accum_steps, GradientSync sync, int64_t capture_at)
+    : accum_steps_(accum_steps), sync_(sync) {
+  TORCH_CHECK(accum_steps >= 1, "DataParallelStep: accum_steps must be >= 1, got ", accum_steps);
+  TORCH_CHECK(capture_at < 0 || sync == GradientSync::kLayers,
+              "DataParallelStep: the Reducer's host bookkeeping cannot be captured in a graph; use layers");
+  const auto leaves = gradient_leaves(model);
+  for (const auto& leaf : leaves) {
+    const auto dtype = leaf.scalar_type();
+    auto it = std::find_if(gradient_bytes_.begin(), gradient_bytes_.end(), [&](auto& e) { return e.first == dtype; });
+    if (it == gradient_bytes_.end()) it = gradient_bytes_.insert(gradient_bytes_.end(), {dtype, 0});
+    it->second += leaf.numel() * static_cast<int64_t>(leaf.element_size());
+  }
+  if (sync == GradientSync::kReducer)
+    state_ = std::make_unique<ReducerSync>(context, leaves);
+  else
+    state_ = std::make_unique<LayerSync>(context, layer_groups(model, leaves));
+  eager_ = std::make_unique<EagerStep>(std::move(model), optimizer, accum_steps, state_.get());
+  if (capture_at >= 0) graph_ = std::make_unique<GraphedStep>(*eager_, capture_at);
+}
+
+DataParallelStep::~DataParallelStep() = default;
+
+const char* DataParallelStep::describe() const {
+  // The words before the colon are to_string(StepKind)'s (models/stage.cpp).
+  if (graph_)
+    return "one CUDA/HIP graph: forward, backward with an all-reduce per layer (data parallel) and optimizer "
+           "captured once, replayed every step";
+  return sync_ == GradientSync::kReducer
+             ? "eager: op by op through LibTorch's autograd, data parallel (c10d Reducer)"
+             : "eager: op by op through LibTorch's autograd, data parallel (an all-reduce per layer)";
+}
+
+torch::Tensor DataParallelStep::step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) {
+  return graph_ ? graph_->step(inputs, labels, timer) : eager_->step(inputs, labels, timer);
+}
+
+}  // namespace tt

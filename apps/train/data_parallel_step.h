@@ -1,0 +1,60 @@
+// The data-parallel step: EagerStep's one accumulation loop (apps/train/step.h) with the gradients averaged over
+// the ranks of a DistributedContext (apps/train/distributed.h) while the backward runs, by an all-reduce per
+// layer or by c10d's Reducer (launcher.h: GradientSync), eagerly or captured in a graph. Needs only c10d's
+// process group, so it runs on the CPU too (tests/threaded_group.h).
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "apps/train/distributed.h"
+#include "apps/train/launcher.h"
+#include "apps/train/optimizer.h"
+#include "apps/train/step.h"
+#include "models/transformer.h"
+
+namespace tt {
+
+// The leaves of the model that receive a gradient in a step at the model's precision: parameters, or in bf16 stages
+// with compute copies, the copies (and the masters the forward also reads, such as a tied embedding).
+// Found by one forward and backward on a tiny batch, so no stage's layout is assumed; gradients are reset.
+std::vector<torch::Tensor> gradient_leaves(Transformer& model);
+
+// EagerStep's one accumulation loop with the gradients averaged over ranks, added through StepHooks (`sync`,
+// launcher.h): by c10d's Reducer, or by an all-reduce per layer. Either way the all-reduces start during the
+// backward, as the gradients become final, and run on NCCL's stream beside it; the optimizer (which clips on
+// the global norm of the averaged gradients) starts after the last one. The returned loss is the mean over
+// ranks (one more small all-reduce), so every rank records the global batch's loss. With gradient
+// accumulation (accum_steps k > 1) the first k - 1 backwards accumulate locally (Python DDP's no_sync) and
+// only the last one all-reduces: one gradient all-reduce per optimizer step, of the sum of all k
+// micro-batches' gradients.
+// With capture_at >= 1 (layers only) the step is captured as a graph at call capture_at after that many
+// eager warm-up calls (GraphedStep): the all-reduces, the optimizer and the loss's mean are in the graph.
+class DataParallelStep final : public StepRunner {
+ public:
+  DataParallelStep(DistributedContext& context, Transformer model, Optimizer& optimizer, int64_t accum_steps = 1,
+                   GradientSync sync = GradientSync::kReducer, int64_t capture_at = -1);
+  ~DataParallelStep() override;
+  torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) override;
+  bool times_phases() const override { return !graph_ && accum_steps_ == 1; }
+  const char* describe() const override;
+  bool captures_graph() const override { return graph_ != nullptr; }
+  GradientSync sync() const { return sync_; }
+  // Bytes of gradients all-reduced per step, per dtype.
+  const std::vector<std::pair<torch::Dtype, int64_t>>& gradient_bytes() const { return gradient_bytes_; }
+
+  struct State;  // the hooks that average the gradients (Reducer or layers: distributed.cpp)
+
+ private:
+  int64_t accum_steps_;
+  GradientSync sync_;
+  std::vector<std::pair<torch::Dtype, int64_t>> gradient_bytes_;
+  std::unique_ptr<State> state_;
+  std::unique_ptr<EagerStep> eager_;
+  std::unique_ptr<StepRunner> graph_;  // null: eager
+};
+
+}  // namespace tt
