@@ -38,7 +38,7 @@ nlohmann::json run_description(const StageSpec& spec, const RunConfig& config, c
             {"eval_every", o.eval_every},
             {"profile_steps", o.profile_steps},
             {"dist_timeout_s", o.dist_timeout_s},
-            {"dp_sync", o.dp_sync ? to_string(*o.dp_sync) : "default"}}}};
+            {"dp_sync", to_string(o.dp_sync.value_or(kDefaultGradientSync))}}}};
 }
 
 // Refuses what data parallel cannot do.
@@ -120,7 +120,7 @@ StageSpec effective_stage(const StageSpec& stage, const RunOptions& options, con
   }
   if (options.pitfall) spec = stages::with_pitfall(spec, *options.pitfall);
   if (dist.enabled && spec.step == StepKind::kGraph) {
-    if (options.dp_sync == GradientSync::kReducer) {
+    if (options.dp_sync.value_or(kDefaultGradientSync) == GradientSync::kReducer) {
       spec.step = StepKind::kEager;
       spec.summary += "; this run: data parallel with --dp-sync reducer, the step runs eagerly (the Reducer's "
                       "bucket bookkeeping runs on the host during the backward, which a graph replay cannot repeat)";

@@ -56,7 +56,7 @@ struct RunPlan {
   RunConfig config;
   RunOptions options;
   DistributedEnv dist;                    // enabled under a launcher
-  GradientSync dp_sync = GradientSync::kReducer;  // under a launcher: how the gradients are averaged
+  GradientSync dp_sync = kDefaultGradientSync;  // under a launcher: how the gradients are averaged
   bool writes_files = true;               // rank 0 (or the only process) writes the result and checkpoints
   std::string output;                     // the result JSON
   std::string trace;                      // --profile's trace, beside the result
