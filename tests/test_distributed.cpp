@@ -16,6 +16,7 @@
 #include "apps/train/data_parallel_step.h"
 #include "apps/train/distributed.h"
 #include "apps/train/run.h"
+#include "apps/train/sharded_adamw.h"
 #include "apps/train/trainer.h"
 #include "helpers.h"
 #include "ports.h"
@@ -270,27 +271,48 @@ TEST(DistributedContext, RefusesAHostWithoutGpusOrNccl) {
 struct Trajectory {
   std::vector<double> losses;
   std::map<std::string, torch::Tensor> weights;
+  Checkpoint checkpoint;    // after the last step (rank 0's, gathered, under data parallel)
+  int64_t state_bytes = 0;  // the optimizer's moments on this rank
 };
 
-// `steps` optimizer steps of one process on the whole global batch of each step.
-Trajectory train_alone(const StageSpec& spec, const RunConfig& c, const std::vector<torch::Tensor>& batches) {
+int64_t state_bytes(const Optimizer& optimizer) {
+  if (const auto* sharded = dynamic_cast<const ShardedAdamW*>(&optimizer)) return sharded->state_bytes();
+  int64_t bytes = 0;
+  for (size_t i = 0; i < optimizer.parameters().size(); ++i)
+    bytes += 2 * optimizer.exp_avg(i).numel() * static_cast<int64_t>(optimizer.exp_avg(i).element_size());
+  return bytes;
+}
+
+// One optimizer step per batch of one process on the whole global batch of each step (after `resume`'s state).
+Trajectory train_alone(const StageSpec& spec, const RunConfig& c, const std::vector<torch::Tensor>& batches,
+                       const Checkpoint* resume = nullptr) {
   Trainer trainer(spec, c, torch::kCPU);
+  const int64_t first = resume ? trainer.resume(*resume) : 0;
   Trajectory t;
   for (const auto& batch : batches) {
     auto inputs = batch.narrow(1, 0, c.training.seq_len), labels = batch.narrow(1, 1, c.training.seq_len);
     t.losses.push_back(trainer.step(inputs, labels).item<double>());
   }
+  t.checkpoint = trainer.checkpoint(first + static_cast<int64_t>(batches.size()));
   t.weights = trainer.model()->canonical_state();
+  t.state_bytes = state_bytes(trainer.optimizer());
   return t;
 }
 
+struct InThreads {
+  GradientSync sync = GradientSync::kLayers;
+  bool shard = false;                  // ZeRO-1 (ShardedAdamW)
+  const Checkpoint* resume = nullptr;  // every rank resumes from it
+};
+
 // The same on `world` ranks, each a thread with its own model, optimizer and DataParallelStep; rank r trains
 // rows [r * R, (r + 1) * R) of each global batch of world * R rows (as make_sharded_source deals them).
-std::vector<Trajectory> train_in_threads(const StageSpec& spec, const RunConfig& c, GradientSync sync, int world,
-                                         const std::vector<torch::Tensor>& batches) {
+std::vector<Trajectory> train_in_threads(const StageSpec& spec, const RunConfig& c, int world,
+                                         const std::vector<torch::Tensor>& batches, const InThreads& how) {
   auto hub = std::make_shared<testing::ThreadedBackend::Hub>(world);
   std::vector<std::unique_ptr<DistributedContext>> contexts;
   std::vector<std::unique_ptr<Trainer>> trainers;
+  int64_t first = 0;
   for (int r = 0; r < world; ++r) {  // built here, one after another: the runs start from the same weights
     DistributedEnv env;
     env.enabled = true;
@@ -298,9 +320,12 @@ std::vector<Trajectory> train_in_threads(const StageSpec& spec, const RunConfig&
     env.rank = env.local_rank = r;
     env.world_size = world;
     contexts.push_back(std::make_unique<DistributedContext>(env, testing::threaded_group(hub, r), torch::kCPU));
-    trainers.push_back(std::make_unique<Trainer>(spec, c, torch::kCPU));
-    trainers.back()->use_runner(std::make_unique<DataParallelStep>(
-        *contexts.back(), trainers.back()->model(), trainers.back()->optimizer(), c.training.grad_accum_steps, sync));
+    trainers.push_back(std::make_unique<Trainer>(spec, c, torch::kCPU,
+                                                 how.shard ? sharded_adamw(*contexts.back()) : OptimizerMaker()));
+    if (how.resume) first = trainers.back()->resume(*how.resume);
+    trainers.back()->use_runner(std::make_unique<DataParallelStep>(*contexts.back(), trainers.back()->model(),
+                                                                   trainers.back()->optimizer(),
+                                                                   c.training.grad_accum_steps, how.sync));
   }
   std::vector<Trajectory> out(static_cast<size_t>(world));
   std::vector<std::string> errors(static_cast<size_t>(world));
@@ -315,7 +340,10 @@ std::vector<Trajectory> train_in_threads(const StageSpec& spec, const RunConfig&
           auto inputs = mine.narrow(1, 0, c.training.seq_len), labels = mine.narrow(1, 1, c.training.seq_len);
           out[r].losses.push_back(trainers[r]->step(inputs, labels).item<double>());
         }
+        // A collective with a sharded optimizer (it gathers the masters and moments); every rank's copy is whole.
+        out[r].checkpoint = trainers[r]->checkpoint(first + static_cast<int64_t>(batches.size()));
         out[r].weights = trainers[r]->model()->canonical_state();
+        out[r].state_bytes = state_bytes(trainers[r]->optimizer());
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }
@@ -323,6 +351,14 @@ std::vector<Trajectory> train_in_threads(const StageSpec& spec, const RunConfig&
   for (auto& t : threads) t.join();
   for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
   return out;
+}
+
+std::vector<torch::Tensor> global_batches(const RunConfig& c, int world, int steps, int seed) {
+  std::vector<torch::Tensor> batches;
+  for (int i = 0; i < steps; ++i)
+    batches.push_back(testing::random_tokens(world * c.training.grad_accum_steps * c.training.batch_size,
+                                             c.training.seq_len + 1, c.model.vocab_size, seed + i));
+  return batches;
 }
 
 // Two ranks with R rows each equal one process with 2R rows: the same global batch, the gradients averaged
@@ -339,16 +375,13 @@ TEST(DataParallelCpu, TwoRanksEqualOneProcessWithTheSameGlobalBatch) {
         c.training.grad_accum_steps = accum;
         if (accum > 1) c.training.grad_clip = 0.5;
         constexpr int kWorld = 2, kSteps = 4;
-        std::vector<torch::Tensor> batches;
-        for (int i = 0; i < kSteps; ++i)
-          batches.push_back(testing::random_tokens(kWorld * accum * c.training.batch_size, c.training.seq_len + 1,
-                                                   c.model.vocab_size, 100 + i));
+        const std::vector<torch::Tensor> batches = global_batches(c, kWorld, kSteps, 100);
         RunConfig alone_config = c;
         alone_config.training.batch_size = kWorld * c.training.batch_size;
         // One process: micro-batch i is rows [i * 2R, (i + 1) * 2R); rank r's micro-batches are other rows of
         // the same step, which is the same mean over the same rows.
         const Trajectory alone = train_alone(spec, alone_config, batches);
-        const auto ranks = train_in_threads(spec, c, sync, kWorld, batches);
+        const auto ranks = train_in_threads(spec, c, kWorld, batches, {sync});
         ASSERT_EQ(ranks[0].losses.size(), alone.losses.size());
         for (size_t i = 0; i < alone.losses.size(); ++i) {
           EXPECT_NEAR(ranks[0].losses[i], alone.losses[i], 1e-5 * std::abs(alone.losses[i])) << "step " << i;
@@ -369,6 +402,83 @@ TEST(DataParallelCpu, TwoRanksEqualOneProcessWithTheSameGlobalBatch) {
           EXPECT_GT(worst, 1e-4) << "the test would not see missing averaging";
         }
       }
+}
+
+// ZeRO-1: two ranks that each keep half of the optimizer's moments (ShardedAdamW: gradients reduce-scattered, the
+// slices updated, the weights all-gathered) train exactly as two ranks that keep all of them. Without clipping
+// every element's arithmetic is the same, bitwise; with clipping the global norm sums the slices' partial sums in
+// another order (within 1e-6). The checkpoints, gathered, hold the same whole moments; each rank holds about half.
+TEST(DataParallelCpu, ShardedOptimizerEqualsTheUnshardedOne) {
+  const StageSpec spec = testing::eager_step(stages::v4_ultra());
+  for (const double clip : {0.0, 0.5})
+    for (const int64_t accum : {1, 2}) {
+      SCOPED_TRACE("clip " + std::to_string(clip) + " accumulation " + std::to_string(accum));
+      RunConfig c = testing::smoke_config();
+      c.training.batch_size = 2;  // per rank
+      c.training.grad_accum_steps = accum;
+      c.training.grad_clip = clip;
+      const auto batches = global_batches(c, 2, 4, 300);
+      const auto whole = train_in_threads(spec, c, 2, batches, {GradientSync::kLayers, false});
+      const auto sharded = train_in_threads(spec, c, 2, batches, {GradientSync::kLayers, true});
+      const double tolerance = clip > 0 ? 1e-6 : 0.0;
+      for (size_t i = 0; i < whole[0].losses.size(); ++i)
+        EXPECT_LE(std::abs(sharded[0].losses[i] - whole[0].losses[i]), tolerance * std::abs(whole[0].losses[i]))
+            << "step " << i;
+      for (const auto& [name, w] : whole[0].weights) {
+        EXPECT_LE(testing::rel_error(sharded[0].weights.at(name), w), tolerance) << name;
+        EXPECT_TRUE(torch::equal(sharded[1].weights.at(name), sharded[0].weights.at(name))) << name;
+      }
+      const Checkpoint &a = sharded[0].checkpoint, &b = whole[0].checkpoint;
+      EXPECT_EQ(a.step, b.step);
+      ASSERT_EQ(a.exp_avg.size(), b.exp_avg.size());
+      for (const auto& [name, m] : b.exp_avg) {
+        ASSERT_TRUE(a.exp_avg.count(name)) << name;
+        EXPECT_EQ(a.exp_avg.at(name).sizes(), m.sizes()) << name;
+        EXPECT_LE(testing::rel_error(a.exp_avg.at(name), m), tolerance) << name;
+        EXPECT_LE(testing::rel_error(a.exp_avg_sq.at(name), b.exp_avg_sq.at(name)), tolerance) << name;
+      }
+      // Every element's moments are on exactly one rank, and no rank holds much more than half (the smoke
+      // model's 64-element norm weights are one 64-element slice, so rank 0 holds them whole).
+      EXPECT_EQ(sharded[0].state_bytes + sharded[1].state_bytes, whole[0].state_bytes);
+      for (const auto& rank : sharded) EXPECT_LE(rank.state_bytes, 0.55 * whole[0].state_bytes);
+    }
+}
+
+// A sharded run's checkpoint is the single-file format, whole, so runs resume across world sizes: one process
+// for 2 steps, then two ranks with ZeRO-1 for 2 more (the same global batch), then one process again, end where
+// one process training all 6 steps ends (within fp32 round-off: the averages sum in another order).
+TEST(DataParallelCpu, ShardedCheckpointsResumeAcrossWorldSizes) {
+  const StageSpec spec = testing::eager_step(stages::v4_ultra());
+  RunConfig c = testing::smoke_config();
+  c.training.batch_size = 2;  // per rank
+  c.training.grad_clip = 0.5;
+  RunConfig alone = c;
+  alone.training.batch_size = 4;
+  const auto batches = global_batches(c, 2, 6, 500);
+  auto part = [&](size_t from, size_t to) {
+    return std::vector<torch::Tensor>(batches.begin() + static_cast<long>(from), batches.begin() + static_cast<long>(to));
+  };
+  const Trajectory reference = train_alone(spec, alone, batches);
+  const Trajectory first = train_alone(spec, alone, part(0, 2));
+  const auto second = train_in_threads(spec, c, 2, part(2, 4), {GradientSync::kLayers, true, &first.checkpoint});
+  EXPECT_EQ(second[0].checkpoint.step, 4);
+  const Trajectory third = train_alone(spec, alone, part(4, 6), &second[0].checkpoint);
+  for (const auto& [name, w] : reference.weights) EXPECT_LE(testing::rel_error(third.weights.at(name), w), 1e-5) << name;
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_NEAR(second[0].losses[i], reference.losses[2 + i], 1e-5 * reference.losses[2 + i]) << "step " << 2 + i;
+    EXPECT_NEAR(third.losses[i], reference.losses[4 + i], 1e-5 * reference.losses[4 + i]) << "step " << 4 + i;
+  }
+  // Positive control: the moments matter here (a resume that dropped them would not end where the reference does).
+  Checkpoint without_moments = second[0].checkpoint;
+  for (auto& [name, m] : without_moments.exp_avg) m.zero_();
+  const Trajectory wrong = train_alone(spec, alone, part(4, 6), &without_moments);
+  double worst = 0;
+  for (const auto& [name, w] : reference.weights) worst = std::max(worst, testing::rel_error(wrong.weights.at(name), w));
+  EXPECT_GT(worst, 1e-4) << "the test would not see lost moments";
+  // A resume may switch sharding (the file holds the state whole either way).
+  RunConfig resumed = second[0].checkpoint.config;
+  resumed.training.shard_optimizer = !resumed.training.shard_optimizer;
+  EXPECT_NO_THROW(check_resumable(second[0].checkpoint, "sharded.pt", spec.name, resumed, /*graphed=*/false));
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -430,6 +540,24 @@ TEST(DataParallelCommandLine, RefusalsBeforeAnyWork) {
     auto [code, err] = testing::run_stage(stages::v4_ultra(), {"--device", "cpu", "--dp-sync", "layers"});
     EXPECT_EQ(code, 2);
     EXPECT_MENTIONS(err, "--dp-sync applies to data-parallel runs");
+  }
+  {
+    auto [code, err] = testing::run_stage(stages::v4_ultra(), {"--device", "cpu", "--shard-optimizer"});
+    EXPECT_EQ(code, 2);
+    EXPECT_MENTIONS(err, "\"training.shard_optimizer\" = true (--shard-optimizer) applies to data-parallel runs");
+  }
+  for (const auto& [stage, flags, phrase] : std::vector<std::tuple<StageSpec, std::vector<std::string>, std::string>>{
+           {stages::v3_custom(), {"--shard-optimizer"},
+            "is not allowed for v3_custom, whose optimizer (at::_fused_adamw_) is not ours"},
+           {stages::v4_ultra(), {"--shard-optimizer", "--dp-sync", "reducer"},
+            "is not allowed with --dp-sync reducer: the Reducer all-reduces whole gradients"}}) {
+    ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"},
+                   {"MASTER_PORT", "29500"}});
+    std::vector<std::string> args = {"--device", "cpu"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto [code, err] = testing::run_stage(stage, args);
+    EXPECT_EQ(code, 2) << stage.name;
+    EXPECT_MENTIONS(err, phrase);
   }
   {
     auto [code, err] = testing::run_stage(stages::v4_ultra(), {"--device", "cpu", "--dp-sync", "ring"});

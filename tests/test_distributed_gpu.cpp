@@ -18,6 +18,7 @@
 #include "apps/train/checkpointing.h"
 #include "apps/train/data_parallel_step.h"
 #include "apps/train/distributed.h"
+#include "models/checkpoint.h"
 #include "tests/helpers.h"
 #include "tests/ports.h"
 
@@ -285,6 +286,7 @@ TEST(DataParallelGpu, LauncherWithOneProcessEqualsThePlainBinary) {
 TEST(DataParallelGpu, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
   TT_REQUIRE_NCCL_GPUS(2);
   const fs::path dir = testing::fresh_dir("tt_dp_two");
+  double unsharded_state_mb = 0;  // v4_ultra's, before its sharded case
   struct Case {
     std::string stage, name, one_flags, two_flags, sync;
   };
@@ -293,7 +295,8 @@ TEST(DataParallelGpu, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
                         Case{"v3_custom", "v3_custom", "", "", "layers"},
                         Case{"v3_custom", "v3_custom_reducer", "", " --dp-sync reducer", "reducer"},
                         Case{"v4_ultra", "v4_ultra", "", "", "layers"},
-                        Case{"v4_ultra", "v4_ultra_reducer", " --no-graph", " --dp-sync reducer", "reducer"}}) {
+                        Case{"v4_ultra", "v4_ultra_reducer", " --no-graph", " --dp-sync reducer", "reducer"},
+                        Case{"v4_ultra", "v4_ultra_sharded", "", " --shard-optimizer", "layers"}}) {
     SCOPED_TRACE(c.name);
     const std::string binary = (build_dir() / c.stage).string();
     const fs::path one_log = dir / (c.name + "_one.log"), two_log = dir / (c.name + "_two.log");
@@ -322,7 +325,63 @@ TEST(DataParallelGpu, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
     EXPECT_NE(two_step.find("data parallel"), std::string::npos) << two_step;
     EXPECT_EQ(d.at("weights_max_diff_across_ranks"), 0.0) << "the ranks' weights drifted apart";
     EXPECT_DOUBLE_EQ(d.at("total_tokens_per_s").get<double>(), 2 * d.at("per_gpu_tokens_per_s").get<double>());
+    const bool sharded = c.two_flags.find("--shard-optimizer") != std::string::npos;
+    EXPECT_EQ(d.at("optimizer_sharded"), sharded);
+    if (c.name == "v4_ultra") unsharded_state_mb = d.at("optimizer_state_mb_per_gpu").get<double>();
+    if (sharded) {
+      // The smoke model's small weights are single slices, so a rank holds somewhat more than half.
+      EXPECT_LT(d.at("optimizer_state_mb_per_gpu").get<double>(), 0.55 * unsharded_state_mb);
+      EXPECT_NE(two_step.find("ZeRO-1"), std::string::npos) << two_step;
+    }
   }
+  testing::remove_tree(dir);
+}
+
+// ZeRO-1 on two GPUs in bf16 (the compute copies all-gathered, the masters gathered for the checkpoint): the
+// losses and the checkpoint (weights and whole moments) of two ranks that keep all of the optimizer state, and
+// runs resume across world sizes and sharding from either file (2 sharded -> 1; 1 -> 2 sharded).
+TEST(DataParallelGpu, ShardedOptimizerOnTwoGpusEqualsTheUnshardedOne) {
+  TT_REQUIRE_NCCL_GPUS(2);
+  const fs::path dir = testing::fresh_dir("tt_dp_zero");
+  const std::string binary = (build_dir() / "v4_ultra").string();
+  auto launched = [&](const std::string& name, const std::string& flags) {
+    const fs::path log = dir / (name + ".log");
+    EXPECT_EQ(shell(launcher() + " --nproc 2 --master-port " + std::to_string(free_port()) + " " + binary + " " +
+                    stage_flags(2, dir / (name + ".json")) + " --dtype bf16 --grad-clip 0.5" + flags + " > " +
+                    log.string() + " 2>&1"),
+              0)
+        << read_text(log);
+  };
+  launched("whole", " --save-checkpoint " + (dir / "whole.pt").string());
+  launched("sharded", " --shard-optimizer --save-checkpoint " + (dir / "sharded.pt").string());
+  const auto whole = read_json_file((dir / "whole.json").string());
+  const auto sharded = read_json_file((dir / "sharded.json").string());
+  const double worst = largest_relative_difference(sharded.at("losses"), whole.at("losses"));
+  std::cout << "[sharded vs whole, 2 GPUs, bf16] largest relative loss difference " << worst << std::endl;
+  EXPECT_LE(worst, 1e-5);
+  EXPECT_EQ(sharded.at("distributed").at("weights_max_diff_across_ranks"), 0.0);
+  const Checkpoint a = read_checkpoint((dir / "sharded.pt").string());
+  const Checkpoint b = read_checkpoint((dir / "whole.pt").string());
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_TRUE(a.config.training.shard_optimizer);
+  double weights = 0, moments = 0;
+  for (const auto& [name, w] : b.weights) weights = std::max(weights, testing::rel_error(a.weights.at(name), w));
+  for (const auto& [name, m] : b.exp_avg) {
+    ASSERT_EQ(a.exp_avg.at(name).sizes(), m.sizes()) << name;
+    moments = std::max(moments, testing::rel_error(a.exp_avg.at(name), m));
+    moments = std::max(moments, testing::rel_error(a.exp_avg_sq.at(name), b.exp_avg_sq.at(name)));
+  }
+  std::cout << "[sharded vs whole checkpoint] weights " << weights << ", moments " << moments << std::endl;
+  EXPECT_LE(weights, 1e-5);
+  EXPECT_LE(moments, 1e-4);
+  // 2 sharded -> 1 process; 1 process -> 2 sharded.
+  const fs::path one_log = dir / "resumed_one.log";
+  EXPECT_EQ(shell(binary + " " + stage_flags(2, dir / "resumed_one.json") + " --dtype bf16 --grad-clip 0.5" +
+                  " --num-steps 12 --resume " + (dir / "sharded.pt").string() + " > " + one_log.string() + " 2>&1"),
+            0)
+      << read_text(one_log);
+  launched("resumed_two", " --num-steps 12 --shard-optimizer --resume " + (dir / "whole.pt").string());
+  EXPECT_EQ(read_json_file((dir / "resumed_two.json").string()).at("first_step"), 10);
   testing::remove_tree(dir);
 }
 

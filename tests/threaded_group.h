@@ -59,6 +59,47 @@ class ThreadedBackend final : public c10d::Backend {
                                                      const c10d::AllreduceCoalescedOptions& options) override {
     return allreduce(tensors, options);
   }
+  // Rank r receives slice r of the reduction of every rank's input (each input is world_size slices).
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::ReduceScatterOptions& options) override {
+    TORCH_CHECK(options.reduceOp == c10d::ReduceOp::AVG || options.reduceOp == c10d::ReduceOp::SUM,
+                "ThreadedBackend: reduce-scatter supports AVG and SUM");
+    std::vector<at::Tensor> both = inputs;
+    both.insert(both.end(), outputs.begin(), outputs.end());
+    const size_t n = inputs.size();
+    meet(both, [&](std::vector<std::vector<at::Tensor>*>& all) {
+      for (size_t i = 0; i < n; ++i) {
+        // Summed as allreduce sums: rank 0's, then the others in rank order.
+        at::Tensor result = (*all[0])[i].clone();
+        for (size_t r = 1; r < all.size(); ++r) result.add_((*all[r])[i]);
+        if (options.reduceOp == c10d::ReduceOp::AVG) result.div_(static_cast<double>(all.size()));
+        for (size_t r = 0; r < all.size(); ++r) {
+          at::Tensor& out = (*all[r])[n + i];
+          out.copy_(result.narrow(0, static_cast<int64_t>(r) * out.numel(), out.numel()));
+        }
+      }
+    });
+    return done(outputs);
+  }
+  // Every rank's output receives every rank's input, in rank order; an input may be its own slice of the output.
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::AllgatherOptions&) override {
+    std::vector<at::Tensor> both = inputs;
+    both.insert(both.end(), outputs.begin(), outputs.end());
+    const size_t n = inputs.size();
+    meet(both, [&](std::vector<std::vector<at::Tensor>*>& all) {
+      for (size_t i = 0; i < n; ++i)
+        for (size_t q = 0; q < all.size(); ++q)
+          for (size_t r = 0; r < all.size(); ++r) {
+            const at::Tensor& in = (*all[r])[i];
+            at::Tensor slot = (*all[q])[n + i].narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel());
+            if (slot.data_ptr() != in.data_ptr()) slot.copy_(in);
+          }
+    });
+    return done(outputs);
+  }
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& options) override {
     meet(tensors, [&](std::vector<std::vector<at::Tensor>*>& all) {

@@ -63,7 +63,7 @@ RunCheckpoints::RunCheckpoints(CheckpointPolicy policy, std::string run_id,
                                std::vector<std::filesystem::path> own_periodic)
     : policy_(std::move(policy)), run_id_(std::move(run_id)), own_periodic_(std::move(own_periodic)) {}
 
-std::string RunCheckpoints::write(const Trainer& trainer, int64_t run_step, const char* kind) {
+std::string RunCheckpoints::write(Trainer& trainer, int64_t run_step, const char* kind) {
   std::filesystem::create_directories(policy_.dir);
   const std::string path = checkpoint_path(policy_.dir, run_step);
   // The folder check made sure no other run's file, and no later one of this run, is here: a file of this

@@ -55,7 +55,7 @@ class RunCheckpoints {
   const std::string& run_id() const { return run_id_; }
   // Writes trainer's checkpoint at run_step as `kind` (kPeriodicCheckpoint, kLastCheckpoint or kStopCheckpoint);
   // after a periodic one, removes this run's periodic checkpoints beyond the newest policy.keep. The path.
-  std::string write(const Trainer& trainer, int64_t run_step, const char* kind);
+  std::string write(Trainer& trainer, int64_t run_step, const char* kind);
 
  private:
   CheckpointPolicy policy_;

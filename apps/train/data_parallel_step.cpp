@@ -11,29 +11,9 @@
 
 #include "apps/train/gradient_ready.h"
 #include "apps/train/graph_step.h"
+#include "apps/train/sharded_adamw.h"
 
 namespace tt {
-
-// ---------------------------------------------------------------------------------------------------
-// Gradients
-// ---------------------------------------------------------------------------------------------------
-
-std::vector<torch::Tensor> gradient_leaves(Transformer& model) {
-  const auto parameters = model->parameters();
-  const torch::Device device = parameters.front().device();
-  const int64_t length = std::min<int64_t>(8, model->config().max_seq_len);
-  auto tokens = torch::ones({1, length}, torch::TensorOptions().dtype(torch::kLong).device(device));
-  model->loss(tokens, tokens).backward();  // at the model's precision
-  std::vector<torch::Tensor> leaves;
-  for (const auto& p : parameters) {
-    if (p.grad().defined()) leaves.push_back(p);
-    for (const auto& c : model->compute_copies())
-      if (c.master.is_same(p) && c.copy.grad().defined()) leaves.push_back(c.copy);
-  }
-  for (auto p : parameters) p.mutable_grad() = torch::Tensor();
-  for (auto c : model->compute_copies()) c.copy.mutable_grad() = torch::Tensor();
-  return leaves;
-}
 
 // ---------------------------------------------------------------------------------------------------
 // The data-parallel step
@@ -92,9 +72,12 @@ struct ReducerSync final : DataParallelStep::State {
 // last gradient is final (GradientReadyHooks), ordered after what the backward queued so far; after the
 // backward the current stream waits for all of them. Nothing here keeps host state from one step to the
 // next, so a graph capture records the all-reduces in the backward's order and every replay repeats them.
+// With a sharded optimizer (ZeRO-1, apps/train/sharded_adamw.h) a group's gradients are reduce-scattered into the
+// optimizer's slices instead: the same hooks and order, each rank receiving only the mean of its slices.
 struct LayerSync final : DataParallelStep::State {
-  LayerSync(DistributedContext& context, const std::vector<std::vector<torch::Tensor>>& groups)
-      : State(context), groups(groups) {}
+  LayerSync(DistributedContext& context, const std::vector<std::vector<torch::Tensor>>& groups,
+            ShardedAdamW* sharded)
+      : State(context), groups(groups), sharded(sharded) {}
 
   void before_backward(const torch::Tensor&, bool last) override {
     if (!last) return;
@@ -113,16 +96,24 @@ struct LayerSync final : DataParallelStep::State {
   }
 
   void all_reduce(size_t g) {
-    std::vector<torch::Tensor> grads;
+    std::vector<torch::Tensor> leaves, grads;
     for (const auto& leaf : groups[g])
-      if (leaf.grad().defined()) grads.push_back(leaf.grad());
+      if (leaf.grad().defined()) {
+        leaves.push_back(leaf);
+        grads.push_back(leaf.grad());
+      }
     if (grads.empty()) return;
+    if (sharded) {
+      works.push_back(sharded->reduce_scatter(leaves));
+      return;
+    }
     c10d::AllreduceCoalescedOptions options;
     options.reduceOp = c10d::ReduceOp::AVG;
     works.push_back(context.group()->allreduce_coalesced(grads, options));
   }
 
   std::vector<std::vector<torch::Tensor>> groups;
+  ShardedAdamW* sharded;  // null: all-reduce
   GradientReadyHooks ready;
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
 };
@@ -164,7 +155,7 @@ std::vector<std::vector<torch::Tensor>> layer_groups(Transformer& model, const s
 
 DataParallelStep::DataParallelStep(DistributedContext& context, Transformer model, Optimizer& optimizer,
                                    int64_t accum_steps, GradientSync sync, int64_t capture_at)
-    : accum_steps_(accum_steps), sync_(sync) {
+    : accum_steps_(accum_steps), sync_(sync), sharded_(optimizer.sharded()) {
   TORCH_CHECK(accum_steps >= 1, "DataParallelStep: accum_steps must be >= 1, got ", accum_steps);
   TORCH_CHECK(capture_at < 0 || sync == GradientSync::kLayers,
               "DataParallelStep: the Reducer's host bookkeeping cannot be captured in a graph; use layers");
@@ -175,10 +166,14 @@ DataParallelStep::DataParallelStep(DistributedContext& context, Transformer mode
     if (it == gradient_bytes_.end()) it = gradient_bytes_.insert(gradient_bytes_.end(), {dtype, 0});
     it->second += leaf.numel() * static_cast<int64_t>(leaf.element_size());
   }
+  auto* sharded = dynamic_cast<ShardedAdamW*>(&optimizer);
+  TORCH_CHECK(!optimizer.sharded() || (sharded && sync == GradientSync::kLayers),
+              "DataParallelStep: a sharded optimizer receives its gradients reduce-scattered per layer (layers), not "
+              "all-reduced by the Reducer");
   if (sync == GradientSync::kReducer)
     state_ = std::make_unique<ReducerSync>(context, leaves);
   else
-    state_ = std::make_unique<LayerSync>(context, layer_groups(model, leaves));
+    state_ = std::make_unique<LayerSync>(context, layer_groups(model, leaves), sharded);
   eager_ = std::make_unique<EagerStep>(std::move(model), optimizer, accum_steps, state_.get());
   if (capture_at >= 0) graph_ = std::make_unique<GraphedStep>(*eager_, capture_at);
 }
@@ -187,9 +182,13 @@ DataParallelStep::~DataParallelStep() = default;
 
 const char* DataParallelStep::describe() const {
   // The words before the colon are to_string(StepKind)'s (models/stage.cpp).
+  if (graph_ && sharded_)
+    return "one CUDA/HIP graph: forward, backward with a reduce-scatter per layer, the sharded optimizer (ZeRO-1) and "
+           "its all-gathers (data parallel) captured once, replayed every step";
   if (graph_)
     return "one CUDA/HIP graph: forward, backward with an all-reduce per layer (data parallel) and optimizer "
            "captured once, replayed every step";
+  if (sharded_) return "eager: op by op through LibTorch's autograd, data parallel (a reduce-scatter per layer, ZeRO-1)";
   return sync_ == GradientSync::kReducer
              ? "eager: op by op through LibTorch's autograd, data parallel (c10d Reducer)"
              : "eager: op by op through LibTorch's autograd, data parallel (an all-reduce per layer)";

@@ -11,17 +11,13 @@
 #include <torch/torch.h>
 
 #include "apps/train/distributed.h"
+#include "apps/train/gradient_ready.h"
 #include "apps/train/launcher.h"
 #include "apps/train/optimizer.h"
 #include "apps/train/step.h"
 #include "models/transformer.h"
 
 namespace tt {
-
-// The leaves of the model that receive a gradient in a step at the model's precision: parameters, or in bf16 stages
-// with compute copies, the copies (and the masters the forward also reads, such as a tied embedding).
-// Found by one forward and backward on a tiny batch, so no stage's layout is assumed; gradients are reset.
-std::vector<torch::Tensor> gradient_leaves(Transformer& model);
 
 // EagerStep's one accumulation loop with the gradients averaged over ranks, added through StepHooks (`sync`,
 // launcher.h): by c10d's Reducer, or by an all-reduce per layer. Either way the all-reduces start during the
@@ -31,6 +27,8 @@ std::vector<torch::Tensor> gradient_leaves(Transformer& model);
 // accumulation (accum_steps k > 1) the first k - 1 backwards accumulate locally (Python DDP's no_sync) and
 // only the last one all-reduces: one gradient all-reduce per optimizer step, of the sum of all k
 // micro-batches' gradients.
+// A sharded optimizer (ZeRO-1, apps/train/sharded_adamw.h; layers only) receives each layer's gradients
+// reduce-scattered instead of all-reduced, and all-gathers the updated weights itself.
 // With capture_at >= 1 (layers only) the step is captured as a graph at call capture_at after that many
 // eager warm-up calls (GraphedStep): the all-reduces, the optimizer and the loss's mean are in the graph.
 class DataParallelStep final : public StepRunner {
@@ -43,14 +41,16 @@ class DataParallelStep final : public StepRunner {
   const char* describe() const override;
   bool captures_graph() const override { return graph_ != nullptr; }
   GradientSync sync() const { return sync_; }
-  // Bytes of gradients all-reduced per step, per dtype.
+  bool sharded() const { return sharded_; }
+  // Bytes of gradients all-reduced (or reduce-scattered) per step, per dtype.
   const std::vector<std::pair<torch::Dtype, int64_t>>& gradient_bytes() const { return gradient_bytes_; }
 
-  struct State;  // the hooks that average the gradients (Reducer or layers: distributed.cpp)
+  struct State;  // the hooks that average the gradients (Reducer or layers: data_parallel_step.cpp)
 
  private:
   int64_t accum_steps_;
   GradientSync sync_;
+  bool sharded_;  // the optimizer is sharded: reduce-scatter instead of all-reduce
   std::vector<std::pair<torch::Dtype, int64_t>> gradient_bytes_;
   std::unique_ptr<State> state_;
   std::unique_ptr<EagerStep> eager_;

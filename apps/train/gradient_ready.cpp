@@ -1,9 +1,28 @@
 #include "apps/train/gradient_ready.h"
 
+#include <algorithm>
+
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 namespace tt {
+
+std::vector<torch::Tensor> gradient_leaves(Transformer& model) {
+  const auto parameters = model->parameters();
+  const torch::Device device = parameters.front().device();
+  const int64_t length = std::min<int64_t>(8, model->config().max_seq_len);
+  auto tokens = torch::ones({1, length}, torch::TensorOptions().dtype(torch::kLong).device(device));
+  model->loss(tokens, tokens).backward();  // at the model's precision
+  std::vector<torch::Tensor> leaves;
+  for (const auto& p : parameters) {
+    if (p.grad().defined()) leaves.push_back(p);
+    for (const auto& c : model->compute_copies())
+      if (c.master.is_same(p) && c.copy.grad().defined()) leaves.push_back(c.copy);
+  }
+  for (auto p : parameters) p.mutable_grad() = torch::Tensor();
+  for (auto c : model->compute_copies()) c.copy.mutable_grad() = torch::Tensor();
+  return leaves;
+}
 
 std::vector<ParameterRange> layer_ranges(const std::vector<std::string>& names) {
   std::vector<ParameterRange> ranges;

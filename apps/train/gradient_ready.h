@@ -16,7 +16,14 @@
 
 #include <torch/torch.h>
 
+#include "models/transformer.h"
+
 namespace tt {
+
+// The leaves of the model that receive a gradient in a step at the model's precision: parameters, or in bf16 stages
+// with compute copies, the copies (and the masters the forward also reads, such as a tied embedding).
+// Found by one forward and backward on a tiny batch, so no stage's layout is assumed; gradients are reset.
+std::vector<torch::Tensor> gradient_leaves(Transformer& model);
 
 // Consecutive parameters: one transformer layer's ("layers.<i>." in `names`), or the run between layers.
 struct ParameterRange {

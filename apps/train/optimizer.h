@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -65,6 +66,12 @@ class Optimizer {
   virtual int64_t step_count() const = 0;
   virtual void load_state(const std::vector<torch::Tensor>& exp_avg, const std::vector<torch::Tensor>& exp_avg_sq,
                           int64_t step) = 0;
+  // Whether the state is split across data-parallel ranks (ZeRO-1: apps/train/sharded_adamw.h). Then exp_avg and
+  // exp_avg_sq gather the slices (collectives: every rank calls them, in the same order), load_state keeps this
+  // rank's slices, and the model's fp32 masters outside this rank's slices are stale until gather_weights().
+  virtual bool sharded() const { return false; }
+  // The model's master weights whole on every rank: a collective for a sharded optimizer, nothing otherwise.
+  virtual void gather_weights() {}
   const std::vector<torch::Tensor>& parameters() const { return params_; }
 
  protected:
@@ -75,6 +82,9 @@ class Optimizer {
 // The optimizer of `kind` over the model's parameters. The model's compute copies, if it has any, need
 // kOurAdamW (the only one that writes them); other kinds throw.
 std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const Transformer& model, const AdamWOptions& options);
+
+// Builds a trainer's optimizer over its model (Trainer's constructor; data parallel passes the sharded one).
+using OptimizerMaker = std::function<std::unique_ptr<Optimizer>(const Transformer&, const AdamWOptions&)>;
 
 // Scales all gradients so that their global L2 norm is at most max_norm, without a host sync.
 void clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);

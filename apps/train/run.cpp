@@ -9,6 +9,7 @@
 #include "apps/results/output_files.h"
 #include "apps/results/result_file.h"
 #include "apps/train/data_parallel_step.h"
+#include "apps/train/sharded_adamw.h"
 #include "apps/train/device.h"
 #include "apps/train/evaluation_report.h"
 #include "apps/train/profiling.h"
@@ -42,9 +43,15 @@ nlohmann::json run_description(const StageSpec& spec, const RunConfig& config, c
 }
 
 // Refuses what data parallel cannot do.
+constexpr const char* kShardOptimizerField = "config: field \"training.shard_optimizer\" = true (--shard-optimizer)";
+
 void check_data_parallel_options(const DistributedEnv& env, const StageSpec& spec, const RunConfig& config,
                                  const RunOptions& o) {
   if (!env.enabled) {
+    if (config.training.shard_optimizer)
+      throw ConfigError(std::string(kShardOptimizerField) +
+                        " applies to data-parallel runs (it splits the optimizer state across their GPUs), and this "
+                        "process was not started by a launcher: use scripts/launch.sh --nproc N, or leave it out");
     if (o.dist_timeout_given || !o.scaling_baseline.empty() || o.dp_sync)
       throw ConfigError(std::string(o.dist_timeout_given          ? "--dist-timeout"
                                     : !o.scaling_baseline.empty() ? "--scaling-baseline"
@@ -54,6 +61,15 @@ void check_data_parallel_options(const DistributedEnv& env, const StageSpec& spe
     return;
   }
   if (o.eval_only) throw ConfigError("--eval-only is not allowed under a data-parallel launcher: run it as one process");
+  if (config.training.shard_optimizer) {
+    if (spec.optimizer != OptimizerKind::kOurAdamW)
+      throw ConfigError(std::string(kShardOptimizerField) + " is not allowed for " + spec.name + ", whose optimizer (" +
+                        implementation(spec.optimizer).name + ") is not ours: ZeRO-1 shards our AdamW (v4_ultra)");
+    if (o.dp_sync.value_or(kDefaultGradientSync) != GradientSync::kLayers)
+      throw ConfigError(std::string(kShardOptimizerField) + " is not allowed with --dp-sync " +
+                        to_string(*o.dp_sync) + ": the Reducer all-reduces whole gradients, the sharded optimizer " +
+                        "needs each layer's reduce-scattered (--dp-sync layers, the default)");
+  }
   if (config.training.device == "cpu")
     throw ConfigError("config: field \"training.device\" = \"cpu\" is not allowed under a data-parallel launcher (" +
                       env.source + " variables are set): data parallel runs one process per GPU over NCCL");
@@ -148,6 +164,9 @@ RunPlan plan_run(const StageSpec& stage, const RunConfig& config, const RunOptio
                                      "all-reduces the gradients first)"
                                    : "";
   }
+  if (p.config.training.shard_optimizer)
+    p.spec.summary += "; this run: ZeRO-1, each rank keeps and updates 1/" + std::to_string(dist.world_size) +
+                      " of the optimizer state (gradients reduce-scattered, weights all-gathered)";
   p.options = options;
   p.dist = dist;
   p.dp_sync = options.dp_sync.value_or(kDefaultGradientSync);
@@ -216,7 +235,8 @@ RunOutcome execute_run(RunPlan plan, std::ostream& log) {
       write_json_atomically(plan.output, outcome.result, options.overwrite);
       return outcome;
     }
-    Trainer trainer(spec, config, device);
+    Trainer trainer(spec, config, device,
+                    config.training.shard_optimizer ? sharded_adamw(*context) : OptimizerMaker());
     if (!options.load_checkpoint.empty()) {
       // A file that is no checkpoint, or one of another model, is the user's input: exit 2, as --resume's.
       try {
@@ -248,7 +268,8 @@ RunOutcome execute_run(RunPlan plan, std::ostream& log) {
     // The checkpoint holds the last counted step (or the stop's): written before the extra steps of --profile
     // and of the energy figure (apps/train/training_run.h).
     extras.after_last_counted_step = [&](int64_t steps_done) {
-      if (!plan.writes_files || options.save_checkpoint.empty()) return;
+      if (options.save_checkpoint.empty()) return;
+      if (!plan.writes_files) return trainer.join_checkpoint();  // a sharded optimizer gathers on every rank
       trainer.save_checkpoint(options.save_checkpoint, options.overwrite, steps_done,
                               {plan.checkpoints.run_id(), kSavedCheckpoint});
       log << "checkpoint written to " << options.save_checkpoint << std::endl;

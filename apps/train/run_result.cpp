@@ -109,6 +109,8 @@ nlohmann::json build_result(const Trainer& trainer, const RunRecord& record, con
                                                                           "the backward, the updates after it"
                                                                         : "each layer updated during the backward")
                                                      : "none: the update follows the backward"},
+                     {"sharded", t.shard_optimizer ? "ZeRO-1: each rank keeps and updates its slice of the moments"
+                                                   : "no: every rank keeps the whole state"},
                      {"lr_schedule", {{"kind", t.lr_schedule}, {"peak_lr", t.learning_rate}, {"min_lr", t.min_lr},
                                       {"lr_warmup_steps", t.lr_warmup_steps},
                                       {"total_steps", t.warmup_steps + t.num_steps}}}}},

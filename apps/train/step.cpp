@@ -7,8 +7,8 @@ namespace tt {
 EagerStep::EagerStep(Transformer model, Optimizer& optimizer, int64_t accum_steps, StepHooks* hooks)
     : model_(std::move(model)),
       optimizer_(optimizer),
-      hooks_(hooks ? hooks : &no_hooks()),
-      accum_steps_(accum_steps) {
+      accum_steps_(accum_steps),
+      hooks_(hooks ? hooks : &no_hooks()) {
   TORCH_CHECK(accum_steps >= 1, "EagerStep: accum_steps must be >= 1, got ", accum_steps);
 }
 

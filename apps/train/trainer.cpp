@@ -1,6 +1,7 @@
 #include "apps/train/trainer.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "apps/train/graph_step.h"
 #include "apps/train/stop_signal.h"
@@ -33,12 +34,14 @@ size_t parameter_index(const Optimizer& optimizer, const torch::Tensor& paramete
 
 }  // namespace
 
-Trainer::Trainer(const StageSpec& spec, const RunConfig& config, const torch::Device& device)
+Trainer::Trainer(const StageSpec& spec, const RunConfig& config, const torch::Device& device,
+                 const OptimizerMaker& optimizer)
     : spec_(spec),
       config_(config),
       device_(device),
       model_(build_model(spec, config, device)),
-      optimizer_(make_optimizer(spec.optimizer, model_, AdamWOptions::from(config.training))),
+      optimizer_(optimizer ? optimizer(model_, AdamWOptions::from(config.training))
+                           : make_optimizer(spec.optimizer, model_, AdamWOptions::from(config.training))),
       eager_(model_, *optimizer_, config.training.grad_accum_steps) {
   set_allow_tf32(config.training.allow_tf32);
   if (spec.step != StepKind::kGraph || !device.is_cuda()) return;
@@ -73,10 +76,10 @@ namespace {
 void restore_training_state(const Checkpoint& ck, Transformer& model, Optimizer& optimizer) {
   restore_weights(ck, model);
   if (ck.exp_avg.empty()) return;
-  std::vector<torch::Tensor> m, v;
+  std::vector<torch::Tensor> m, v;  // on the CPU: a sharded optimizer keeps only its slices on the device
   for (const auto& p : optimizer.parameters()) {
-    m.push_back(torch::zeros_like(p));
-    v.push_back(torch::zeros_like(p));
+    m.push_back(torch::zeros_like(p, torch::TensorOptions().device(torch::kCPU)));
+    v.push_back(torch::zeros_like(p, torch::TensorOptions().device(torch::kCPU)));
   }
   torch::NoGradGuard no_grad;
   for (const auto& slice : model->canonical_layout()) {
@@ -116,8 +119,9 @@ int64_t Trainer::resume(const Checkpoint& ck) {
 
 const std::vector<std::string>& resumable_changes() {
   // The overlap changes when the update runs, not what it computes (bitwise): a resume may switch it.
+  // Sharding (ZeRO-1) changes where the optimizer state lives; checkpoints hold it whole either way.
   static const std::vector<std::string> fields = {"training.num_steps", "training.log_every",
-                                                  "training.optimizer_overlap"};
+                                                  "training.optimizer_overlap", "training.shard_optimizer"};
   return fields;
 }
 
@@ -159,7 +163,20 @@ void check_resumable(const Checkpoint& ck, const std::string& path, const std::s
                       "; raise --num-steps to continue training");
 }
 
-void Trainer::save_checkpoint(const std::string& path, bool overwrite, int64_t run_step, const Origin& origin) const {
+// Each parameter's moments, whole, handed to `use` one parameter at a time in the optimizer's order (a sharded
+// optimizer gathers them: one parameter's at a time, so that a checkpoint never holds all of them on the GPU).
+namespace {
+void for_each_moment(const Optimizer& optimizer,
+                     const std::function<void(size_t, const torch::Tensor&, const torch::Tensor&)>& use) {
+  for (size_t i = 0; i < optimizer.parameters().size(); ++i) {
+    const torch::Tensor m = optimizer.exp_avg(i);  // in this order on every rank: each may be a collective
+    const torch::Tensor v = optimizer.exp_avg_sq(i);
+    use(i, m, v);
+  }
+}
+}  // namespace
+
+Checkpoint Trainer::checkpoint(int64_t run_step, const Origin& origin) {
   Checkpoint ck;
   ck.run_id = origin.run_id;
   ck.kind = origin.kind;
@@ -168,13 +185,30 @@ void Trainer::save_checkpoint(const std::string& path, bool overwrite, int64_t r
   ck.step = optimizer_->step_count();
   ck.run_step = run_step;
   if (run_step >= 0) ck.cpu_rng_state = at::detail::getDefaultCPUGenerator().get_state();
+  optimizer_->gather_weights();
   ck.weights = model_->canonical_state();
-  for (const auto& slice : model_->canonical_layout()) {
-    const size_t i = parameter_index(*optimizer_, slice.parameter);
-    if (!optimizer_->exp_avg(i).defined()) continue;
-    ck.exp_avg[slice.name] = slice.of(optimizer_->exp_avg(i)).detach().to(torch::kCPU).clone();
-    ck.exp_avg_sq[slice.name] = slice.of(optimizer_->exp_avg_sq(i)).detach().to(torch::kCPU).clone();
-  }
+  const auto layout = model_->canonical_layout();
+  std::vector<size_t> index;  // per slice of the layout: its parameter's in the optimizer
+  for (const auto& slice : layout) index.push_back(parameter_index(*optimizer_, slice.parameter));
+  for_each_moment(*optimizer_, [&](size_t i, const torch::Tensor& m, const torch::Tensor& v) {
+    if (!m.defined()) return;
+    for (size_t s = 0; s < layout.size(); ++s) {
+      if (index[s] != i) continue;
+      ck.exp_avg[layout[s].name] = layout[s].of(m).detach().to(torch::kCPU).clone();
+      ck.exp_avg_sq[layout[s].name] = layout[s].of(v).detach().to(torch::kCPU).clone();
+    }
+  });
+  return ck;
+}
+
+void Trainer::join_checkpoint() {
+  if (!optimizer_->sharded()) return;  // no collectives to join
+  optimizer_->gather_weights();
+  for_each_moment(*optimizer_, [](size_t, const torch::Tensor&, const torch::Tensor&) {});
+}
+
+void Trainer::save_checkpoint(const std::string& path, bool overwrite, int64_t run_step, const Origin& origin) {
+  const Checkpoint ck = checkpoint(run_step, origin);
   // A second signal during the write ends the process at once: it removes the temporary file first.
   const PendingFile pending(checkpoint_temp_path(path));
   write_checkpoint(path, ck, overwrite);

@@ -24,7 +24,9 @@ class Trainer {
  public:
   // Throws ConfigError for a graphed stage on a GPU with fewer than kGraphWarmupSteps warm-up steps (the
   // capture happens during the warm-up, so that no measured step contains it).
-  Trainer(const StageSpec& spec, const RunConfig& config, const torch::Device& device);
+  // `optimizer`: builds the optimizer instead of the stage's own choice (data parallel's sharded one).
+  Trainer(const StageSpec& spec, const RunConfig& config, const torch::Device& device,
+          const OptimizerMaker& optimizer = {});
   ~Trainer();
   Trainer(const Trainer&) = delete;  // the runner refers to the model and optimizer held here
   Trainer& operator=(const Trainer&) = delete;
@@ -46,7 +48,12 @@ class Trainer {
   struct Origin {
     std::string run_id, kind;
   };
-  void save_checkpoint(const std::string& path, bool overwrite, int64_t run_step = -1, const Origin& origin = {}) const;
+  void save_checkpoint(const std::string& path, bool overwrite, int64_t run_step = -1, const Origin& origin = {});
+  // What save_checkpoint writes. With a sharded optimizer a collective (the weights and moments are gathered):
+  // every rank calls it, or join_checkpoint(), at the same point of the run.
+  Checkpoint checkpoint(int64_t run_step = -1, const Origin& origin = {});
+  // A rank that writes no checkpoint: takes part in checkpoint()'s collectives, if any, and keeps nothing.
+  void join_checkpoint();
   // Continues the run a checkpoint was taken from (check_resumable passed): weights, optimizer state and
   // step (the schedule's position), the CPU generator; a graphed step captures anew after the resume.
   // Returns the run's step to continue with.

@@ -7,6 +7,7 @@
 
 #include "apps/train/data_parallel_step.h"
 #include "apps/train/evaluation_report.h"
+#include "apps/train/sharded_adamw.h"
 #include "apps/train/run_result.h"
 #include "apps/train/system_info.h"
 #include "apps/train/data.h"
@@ -121,16 +122,19 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
     eval_points.emplace_back(step, r);
     return true;
   };
-  const bool writes_checkpoints =
-      extras.checkpoints.enabled() && (!extras.distributed || extras.distributed->rank() == 0);
+  // Rank 0 alone writes checkpoints; the other ranks join each one (a sharded optimizer gathers its state).
+  const bool writes_checkpoints = !extras.distributed || extras.distributed->rank() == 0;
   RunCheckpoints checkpoints = extras.checkpoints;
   int64_t checkpointed = extras.first_step;  // the step of the newest checkpoint: none written yet
   const char* checkpointed_kind = "";
   auto checkpoint_at = [&](int64_t step, const char* kind) {
     // The same step again only to record that its file is the run's last or its stop (never pruned).
-    if (!writes_checkpoints || (step == checkpointed && std::string(kind) == checkpointed_kind)) return;
+    if (!checkpoints.enabled() || (step == checkpointed && std::string(kind) == checkpointed_kind)) return;
     if (step == checkpointed && step == extras.first_step) return;  // the resumed file itself
-    log << "  checkpoint " << checkpoints.write(trainer, step, kind) << std::endl;
+    if (writes_checkpoints)
+      log << "  checkpoint " << checkpoints.write(trainer, step, kind) << std::endl;
+    else
+      trainer.join_checkpoint();
     checkpointed = step;
     checkpointed_kind = kind;
   };
@@ -229,7 +233,18 @@ nlohmann::json distributed_report(DistributedContext& context, Trainer& trainer,
   if (!runner) throw std::runtime_error("distributed_report: the trainer's steps do not run data parallel");
   constexpr int kAllreduceRepeats = 20;
   const double allreduce_ms = context.time_allreduce_ms(runner->gradient_bytes(), kAllreduceRepeats);
+  trainer.optimizer().gather_weights();  // a sharded optimizer's masters are whole only after this
   const double weight_spread = context.max_difference_across_ranks(trainer.model()->parameters());
+  const Optimizer& optimizer = trainer.optimizer();
+  const auto* sharded = dynamic_cast<const ShardedAdamW*>(&optimizer);
+  int64_t state_bytes = 0;
+  if (sharded) {
+    state_bytes = sharded->state_bytes();
+  } else {
+    for (size_t i = 0; i < optimizer.parameters().size(); ++i)
+      for (const auto& moment : {optimizer.exp_avg(i), optimizer.exp_avg_sq(i)})
+        if (moment.defined()) state_bytes += moment.numel() * static_cast<int64_t>(moment.element_size());
+  }
   double gradient_bytes = 0;
   for (const auto& [dtype, bytes] : runner->gradient_bytes()) gradient_bytes += static_cast<double>(bytes);
   const auto& summary = result.at("summary");
@@ -254,6 +269,12 @@ nlohmann::json distributed_report(DistributedContext& context, Trainer& trainer,
       " all-reduces of one step's gradients (one buffer per dtype), run alone after training with device events "
       "on rank 0; inside a step the all-reduces (the Reducer's buckets, or one per layer) overlap the backward, so a "
       "step waits for less than this";
+  out["optimizer_sharded"] = sharded != nullptr;
+  out["optimizer_state_mb_per_gpu"] = static_cast<double>(state_bytes) / (1 << 20);
+  out["optimizer_state_what"] =
+      sharded ? "this rank's slices of AdamW's moments m and v (ZeRO-1; every rank holds one slice of each parameter); "
+                "the fp32 master weights stay whole on every rank"
+              : "AdamW's moments m and v, whole on every rank; the fp32 master weights besides";
   out["loss_definition"] = "mean over ranks of each rank's shard loss: the global batch's loss";
   out["weights_max_diff_across_ranks"] = weight_spread;
   out["scaling_efficiency"] = nullptr;

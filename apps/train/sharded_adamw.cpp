@@ -1,0 +1,314 @@
+#include "apps/train/sharded_adamw.h"
+
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include "apps/train/gradient_ready.h"
+#include "kernels/ops/adamw.h"
+
+namespace tt {
+namespace {
+
+// The slice length of a tensor of `numel` elements over `world` ranks.
+int64_t slice_length(int64_t numel, int world) {
+  const int64_t even = (numel + world - 1) / world;
+  return (even + ShardedAdamW::kSliceAlign - 1) / ShardedAdamW::kSliceAlign * ShardedAdamW::kSliceAlign;
+}
+
+// One flat tensor cut into slices: a parameter's master, its compute copy, or a gradient leaf.
+struct Sliced {
+  torch::Tensor flat;  // the tensor's storage as one dimension (detached: the collectives write into it)
+  int64_t numel = 0, slice = 0;
+  int64_t begin = 0, end = 0;  // this rank's elements [begin, end), possibly empty
+  bool padded(int world) const { return numel != slice * world; }
+  torch::Tensor mine() const { return flat.narrow(0, begin, end - begin); }
+};
+
+}  // namespace
+
+struct ShardedAdamW::Impl {
+  DistributedContext& context;
+  int rank, world;
+  ops::AdamWHyperparameters hyper;
+  torch::Tensor state;  // adamw_state: step counter and the step's scalars, the same on every rank
+
+  struct Leaf {
+    torch::Tensor tensor;  // the leaf itself, whose .grad() the backward fills
+    Sliced sliced;
+    torch::Tensor grad_slice;  // [slice], the leaf's dtype: this rank's slice of the averaged gradient
+  };
+  std::vector<Leaf> leaves;
+  std::unordered_map<const void*, size_t> leaf_of;  // TensorImpl -> index in leaves
+
+  struct Param {
+    Sliced master, copy;  // copy.flat undefined without a compute copy
+    int master_leaf = -1, copy_leaf = -1;
+    torch::Tensor exp_avg, exp_avg_sq;  // [end - begin]
+    std::vector<int64_t> shape;
+  };
+  std::vector<Param> params;
+  std::vector<torch::Tensor> copies;  // the model's compute copies (their gradients reset by zero_grad)
+
+  // The update: this rank's non-empty slices as adamw's list, and per layer range the part of that list and the
+  // leaves to all-gather after it.
+  std::vector<ops::AdamWParam> update;
+  struct Range {
+    size_t begin = 0, end = 0;   // in `update`
+    std::vector<size_t> gather;  // indices in `leaves`
+  };
+  std::vector<Range> ranges;
+  std::vector<size_t> stale_masters;  // parameters whose master is no leaf: gathered by gather_weights() only
+  torch::Tensor partials, norm;       // with clipping: the norm pass's partial sums; their sum over ranks
+
+  Impl(DistributedContext& context, const Transformer& model, const AdamWOptions& o)
+      : context(context),
+        rank(context.rank()),
+        world(context.world_size()),
+        hyper{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.max_grad_norm, o.schedule} {
+    TORCH_CHECK(!o.overlap, "the sharded optimizer (ZeRO-1) updates after the backward: the overlap is not allowed");
+    Transformer probe = model;
+    const auto found = gradient_leaves(probe);
+    std::vector<std::string> names;
+    std::vector<torch::Tensor> parameters;
+    for (const auto& named : model->named_parameters(/*recurse=*/true)) {
+      names.push_back(named.key());
+      parameters.push_back(named.value());
+    }
+    TORCH_CHECK(!parameters.empty(), "the sharded optimizer needs parameters");
+    state = ops::adamw_state(parameters.front().device());
+    for (const auto& c : model->compute_copies()) copies.push_back(c.copy);
+    for (const auto& leaf : found) {
+      leaf_of[leaf.unsafeGetTensorImpl()] = leaves.size();
+      Leaf l{leaf, sliced(leaf), torch::Tensor()};
+      l.grad_slice = torch::zeros({l.sliced.slice}, leaf.options().requires_grad(false));
+      leaves.push_back(std::move(l));
+    }
+    auto leaf_index = [&](const torch::Tensor& t) {
+      auto it = leaf_of.find(t.unsafeGetTensorImpl());
+      return it == leaf_of.end() ? -1 : static_cast<int>(it->second);
+    };
+    for (const auto& p : parameters) {
+      Param param;
+      param.shape = p.sizes().vec();
+      param.master = sliced(p);
+      param.master_leaf = leaf_index(p);
+      for (const auto& c : model->compute_copies())
+        if (c.master.is_same(p)) {
+          param.copy = sliced(c.copy);
+          param.copy_leaf = leaf_index(c.copy);
+        }
+      TORCH_CHECK(param.master_leaf >= 0 || param.copy_leaf >= 0, "the sharded optimizer: parameter '",
+                  names[params.size()], "' receives no gradient; every parameter must receive one");
+      const auto moments = p.options().dtype(o.state_dtype).requires_grad(false);
+      param.exp_avg = torch::zeros({param.master.end - param.master.begin}, moments);
+      param.exp_avg_sq = torch::zeros({param.master.end - param.master.begin}, moments);
+      if (param.master_leaf < 0) stale_masters.push_back(params.size());
+      params.push_back(std::move(param));
+    }
+    for (const auto& range : layer_ranges(names)) {
+      Range r;
+      r.begin = update.size();
+      for (size_t i = range.begin; i < range.end; ++i) {
+        Param& p = params[i];
+        for (const int leaf : {p.master_leaf, p.copy_leaf})
+          if (leaf >= 0) r.gather.push_back(static_cast<size_t>(leaf));
+        if (p.master.end == p.master.begin) continue;
+        update.push_back(adamw_param(p));
+      }
+      r.end = update.size();
+      ranges.push_back(std::move(r));
+    }
+    partials = update.empty() ? torch::zeros({1}, state.options()) : ops::adamw_partials(update, state);
+    norm = torch::zeros({1}, state.options());
+  }
+
+  Sliced sliced(const torch::Tensor& t) const {
+    TORCH_CHECK(t.is_contiguous(), "the sharded optimizer needs contiguous parameters");
+    Sliced s;
+    s.flat = t.detach().view({-1});
+    s.numel = t.numel();
+    s.slice = slice_length(s.numel, world);
+    s.begin = std::min(s.numel, rank * s.slice);
+    s.end = std::min(s.numel, (rank + 1) * s.slice);
+    return s;
+  }
+
+  // Parameter p's slice as adamw's list entry: the gradients are the reduce-scattered slices.
+  ops::AdamWParam adamw_param(const Param& p) const {
+    const int64_t n = p.master.end - p.master.begin;
+    auto grad_of = [&](int leaf) { return leaf < 0 ? torch::Tensor() : leaves[leaf].grad_slice.narrow(0, 0, n); };
+    return {p.master.mine(), grad_of(p.master_leaf), p.copy.flat.defined() ? p.copy.mine() : torch::Tensor(),
+            grad_of(p.copy_leaf), p.exp_avg, p.exp_avg_sq};
+  }
+
+  // Queues the all-gather of `slices` (this rank's part of each) into place, one call per dtype; finish() makes the
+  // current stream wait for them. A tensor whose length is no multiple of the world's slices goes through a padded
+  // buffer, copied into place by finish().
+  struct Pending {
+    torch::Tensor into, from;
+  };
+  std::vector<c10::intrusive_ptr<c10d::Work>> all_gather(const std::vector<const Sliced*>& slices,
+                                                         std::vector<Pending>& pending) {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<torch::Dtype> dtypes;  // one call per dtype, in the order they first appear
+    for (const Sliced* s : slices)
+      if (std::find(dtypes.begin(), dtypes.end(), s->flat.scalar_type()) == dtypes.end())
+        dtypes.push_back(s->flat.scalar_type());
+    for (const auto dtype : dtypes) {
+      std::vector<torch::Tensor> outputs, inputs;
+      for (const Sliced* s : slices) {
+        if (s->flat.scalar_type() != dtype) continue;
+        if (!s->padded(world)) {
+          outputs.push_back(s->flat);
+          inputs.push_back(s->flat.narrow(0, rank * s->slice, s->slice));  // in place
+          continue;
+        }
+        auto input = torch::zeros({s->slice}, s->flat.options());
+        input.narrow(0, 0, s->end - s->begin).copy_(s->mine());
+        auto output = torch::empty({s->slice * world}, s->flat.options());
+        inputs.push_back(input);
+        outputs.push_back(output);
+        pending.push_back({s->flat, output.narrow(0, 0, s->numel)});
+      }
+      works.push_back(context.group()->allgather_into_tensor_coalesced(outputs, inputs));
+    }
+    return works;
+  }
+
+  static void finish(std::vector<c10::intrusive_ptr<c10d::Work>>& works, std::vector<Pending>& pending) {
+    for (auto& work : works) work->wait();  // a stream wait on the GPU
+    for (auto& p : pending) p.into.copy_(p.from);
+    works.clear();
+    pending.clear();
+  }
+
+  // A moment of parameter i, whole (each rank's slice gathered).
+  torch::Tensor gather_moment(size_t i, const torch::Tensor& mine) const {
+    torch::NoGradGuard no_grad;
+    const Param& p = params[i];
+    auto input = torch::zeros({p.master.slice}, mine.options());
+    input.narrow(0, 0, mine.numel()).copy_(mine);
+    auto output = torch::empty({p.master.slice * world}, mine.options());
+    std::vector<torch::Tensor> outputs{output}, inputs{input};
+    context.group()->allgather_into_tensor_coalesced(outputs, inputs)->wait();
+    return output.narrow(0, 0, p.master.numel).view(p.shape);
+  }
+};
+
+ShardedAdamW::ShardedAdamW(DistributedContext& context, const Transformer& model, const AdamWOptions& options)
+    : Optimizer(model->parameters()), impl_(std::make_unique<Impl>(context, model, options)) {}
+
+ShardedAdamW::~ShardedAdamW() = default;
+
+c10::intrusive_ptr<c10d::Work> ShardedAdamW::reduce_scatter(const std::vector<torch::Tensor>& leaves) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> inputs, outputs;
+  for (const auto& leaf : leaves) {
+    auto it = impl_->leaf_of.find(leaf.unsafeGetTensorImpl());
+    TORCH_CHECK(it != impl_->leaf_of.end(), "ShardedAdamW::reduce_scatter: a tensor that is no gradient leaf of the model");
+    const Impl::Leaf& l = impl_->leaves[it->second];
+    TORCH_CHECK(l.tensor.grad().defined(), "ShardedAdamW::reduce_scatter: a gradient leaf of shape ", l.tensor.sizes(),
+                " has no gradient; every one must receive one each step");
+    auto grad = l.tensor.grad().detach().reshape({-1});
+    if (l.sliced.padded(impl_->world)) {
+      auto padded = torch::zeros({l.sliced.slice * impl_->world}, grad.options());
+      padded.narrow(0, 0, l.sliced.numel).copy_(grad);
+      grad = padded;
+    }
+    inputs.push_back(grad);
+    outputs.push_back(l.grad_slice);
+  }
+  c10d::ReduceScatterOptions options;
+  options.reduceOp = c10d::ReduceOp::AVG;
+  return impl_->context.group()->reduce_scatter_tensor_coalesced(outputs, inputs, options);
+}
+
+void ShardedAdamW::zero_grad() {
+  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+  for (auto& c : impl_->copies) c.mutable_grad() = torch::Tensor();
+}
+
+void ShardedAdamW::step() {
+  torch::NoGradGuard no_grad;
+  Impl& s = *impl_;
+  if (s.hyper.max_grad_norm > 0) {
+    // The global norm: this rank's slices' squared sum, summed over ranks.
+    if (s.update.empty()) {
+      s.norm.zero_();
+    } else {
+      ops::adamw_norm(s.update, 0, s.update.size(), s.partials);
+      s.norm.copy_(s.partials.sum().view({1}));
+    }
+    std::vector<torch::Tensor> norm{s.norm};
+    c10d::AllreduceOptions sum;
+    sum.reduceOp = c10d::ReduceOp::SUM;
+    s.context.group()->allreduce(norm, sum)->wait();
+  }
+  ops::adamw_prepare(s.norm, s.state, s.hyper);
+  // Layer by layer: update this rank's slices, then all-gather them while the next layer updates.
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<Impl::Pending> pending;
+  for (const auto& range : s.ranges) {
+    if (range.begin < range.end) ops::adamw_update(s.update, range.begin, range.end, s.state, s.hyper);
+    std::vector<const Sliced*> slices;
+    for (const size_t leaf : range.gather) slices.push_back(&s.leaves[leaf].sliced);
+    for (auto& work : s.all_gather(slices, pending)) works.push_back(std::move(work));
+  }
+  Impl::finish(works, pending);
+}
+
+void ShardedAdamW::gather_weights() {
+  torch::NoGradGuard no_grad;
+  std::vector<const Sliced*> slices;
+  for (const size_t i : impl_->stale_masters) slices.push_back(&impl_->params[i].master);
+  std::vector<Impl::Pending> pending;
+  auto works = impl_->all_gather(slices, pending);
+  Impl::finish(works, pending);
+}
+
+torch::Tensor ShardedAdamW::exp_avg(size_t i) const { return impl_->gather_moment(i, impl_->params.at(i).exp_avg); }
+torch::Tensor ShardedAdamW::exp_avg_sq(size_t i) const {
+  return impl_->gather_moment(i, impl_->params.at(i).exp_avg_sq);
+}
+
+int64_t ShardedAdamW::step_count() const {
+  return static_cast<int64_t>(impl_->state[ops::kAdamWStep].item<float>());
+}
+
+void ShardedAdamW::load_state(const std::vector<torch::Tensor>& m, const std::vector<torch::Tensor>& v,
+                              int64_t step) {
+  torch::NoGradGuard no_grad;
+  TORCH_CHECK(m.size() == impl_->params.size() && v.size() == impl_->params.size(),
+              "ShardedAdamW::load_state: moments for ", m.size(), " parameters, the model has ", impl_->params.size());
+  for (size_t i = 0; i < impl_->params.size(); ++i) {
+    auto& p = impl_->params[i];
+    const int64_t n = p.master.end - p.master.begin;
+    p.exp_avg.copy_(m[i].reshape({-1}).narrow(0, p.master.begin, n));
+    p.exp_avg_sq.copy_(v[i].reshape({-1}).narrow(0, p.master.begin, n));
+  }
+  impl_->state[ops::kAdamWStep].fill_(static_cast<double>(step));
+}
+
+int64_t ShardedAdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& p : impl_->params)
+    bytes += (p.exp_avg.numel() + p.exp_avg_sq.numel()) * static_cast<int64_t>(p.exp_avg.element_size());
+  return bytes;
+}
+
+int64_t ShardedAdamW::unsharded_state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& p : impl_->params) bytes += 2 * p.master.numel * static_cast<int64_t>(p.exp_avg.element_size());
+  return bytes;
+}
+
+OptimizerMaker sharded_adamw(DistributedContext& context) {
+  return [&context](const Transformer& model, const AdamWOptions& options) -> std::unique_ptr<Optimizer> {
+    return std::make_unique<ShardedAdamW>(context, model, options);
+  };
+}
+
+}  // namespace tt

@@ -1,0 +1,68 @@
+// ZeRO-1 (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", 2020,
+// stage 1): our AdamW with its state split across the ranks of a data-parallel run.
+//
+// Every parameter, flattened, is cut into world_size slices of equal length (rounded up to kSliceAlign
+// elements, so that each slice starts where the update kernel's vector loads may start; the last is padded).
+// Rank r keeps the moments of slice r of every parameter only, so their memory divides by the world size.
+// One step, with DataParallelStep (apps/train/data_parallel_step.h) around it:
+//   1. during the backward, each layer's gradients are reduce-scattered (mean over ranks) as soon as they are
+//      final (reduce_scatter()): rank r receives slice r of the averaged gradient, nothing else;
+//   2. with clipping, the squared norms of every rank's slices are summed by an all-reduce: the global norm;
+//   3. each rank updates slice r of the fp32 masters (and of their bf16 compute copies) with tt::ops::adamw_update;
+//   4. the slices of what the forward reads (the gradient leaves: the compute copies in bf16 stages, the masters
+//      in fp32) are all-gathered in place, a layer at a time, each layer's all-gather beside the next one's update.
+// Every element's arithmetic is unsharded AdamW's; only the global norm sums in another order (clipping only).
+// The fp32 masters a bf16 forward does not read are whole only after gather_weights() (checkpoints do it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/torch.h>
+
+#include "apps/train/distributed.h"
+#include "apps/train/optimizer.h"
+#include "models/transformer.h"
+
+namespace tt {
+
+class ShardedAdamW final : public Optimizer {
+ public:
+  // Slices start at multiples of this many elements (256 bytes of fp32).
+  static constexpr int64_t kSliceAlign = 64;
+
+  // The model must hold the same weights on every rank (broadcast_weights) before the first step.
+  ShardedAdamW(DistributedContext& context, const Transformer& model, const AdamWOptions& options);
+  ~ShardedAdamW() override;
+
+  // Queues the reduce-scatter (mean over ranks) of these gradient leaves' gradients into this rank's slices, on
+  // the collectives' stream after what the current stream has queued. Every leaf of the model must pass through
+  // here once per step, on every rank in the same order; step() reads only the slices.
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(const std::vector<torch::Tensor>& leaves);
+
+  void zero_grad() override;
+  void step() override;
+  torch::Tensor exp_avg(size_t i) const override;     // gathered: a collective
+  torch::Tensor exp_avg_sq(size_t i) const override;  // gathered: a collective
+  int64_t step_count() const override;
+  void load_state(const std::vector<torch::Tensor>& exp_avg, const std::vector<torch::Tensor>& exp_avg_sq,
+                  int64_t step) override;
+  bool sharded() const override { return true; }
+  void gather_weights() override;
+
+  // Bytes of moments this rank holds, and what one unsharded optimizer holds (every parameter's, whole).
+  int64_t state_bytes() const;
+  int64_t unsharded_state_bytes() const;
+
+  struct Impl;  // slices, buffers and the update's plan (sharded_adamw.cpp)
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The OptimizerMaker of a trainer whose optimizer is sharded over `context`'s ranks (which must outlive it).
+OptimizerMaker sharded_adamw(DistributedContext& context);
+
+}  // namespace tt
