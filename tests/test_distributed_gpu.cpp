@@ -229,9 +229,9 @@ std::string read_text(const fs::path& path) {
   return s.str();
 }
 
-std::string stage_flags(int64_t batch, const fs::path& output) {
+std::string stage_flags(int64_t batch, const fs::path& output, int64_t steps = 8) {
   return "--config " + smoke_json() + " --device cuda --batch-size " + std::to_string(batch) +
-         " --warmup-steps 2 --num-steps 8 --log-every 1 --output " + output.string();
+         " --warmup-steps 2 --num-steps " + std::to_string(steps) + " --log-every 1 --output " + output.string();
 }
 
 // scripts/launch.sh --nproc 1 runs the binary as rank 0 of a world of one: the plain binary's losses.
@@ -337,50 +337,62 @@ TEST(DataParallelGpu, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
   testing::remove_tree(dir);
 }
 
-// ZeRO-1 on two GPUs in bf16 (the compute copies all-gathered, the masters gathered for the checkpoint): the
-// losses and the checkpoint (weights and whole moments) of two ranks that keep all of the optimizer state, and
-// runs resume across world sizes and sharding from either file (2 sharded -> 1; 1 -> 2 sharded).
+// ZeRO-1 on two GPUs (v4 graphed, clipping on): the losses and the checkpoint (weights and whole moments) of two
+// ranks that keep all of the optimizer state. The clipping norm sums in another order, so the masters may differ in
+// their last bits. In fp32 that stays at round-off. In bf16 (the compute copies all-gathered, the masters gathered
+// for the checkpoint) a master one bit away can round to another bf16 copy (one bf16 step is 2^-8 relative), the
+// forward differs there, and the steps carry it on: measured on 2 x H200, losses 9.3e-6, checkpoint weights 4.1e-4,
+// moments 5.3e-3 (relative). A slice in the wrong place or a missing gather is O(1). Then runs resume across world
+// sizes and sharding from either file (2 sharded -> 1 process; 2 unsharded -> 2 sharded).
 TEST(DataParallelGpu, ShardedOptimizerOnTwoGpusEqualsTheUnshardedOne) {
   TT_REQUIRE_NCCL_GPUS(2);
   const fs::path dir = testing::fresh_dir("tt_dp_zero");
   const std::string binary = (build_dir() / "v4_ultra").string();
-  auto launched = [&](const std::string& name, const std::string& flags) {
+  auto launched = [&](const std::string& name, const std::string& flags, int64_t steps = 8) {
     const fs::path log = dir / (name + ".log");
     EXPECT_EQ(shell(launcher() + " --nproc 2 --master-port " + std::to_string(free_port()) + " " + binary + " " +
-                    stage_flags(2, dir / (name + ".json")) + " --dtype bf16 --grad-clip 0.5" + flags + " > " +
+                    stage_flags(2, dir / (name + ".json"), steps) + " --grad-clip 0.5" + flags + " > " +
                     log.string() + " 2>&1"),
               0)
         << read_text(log);
   };
-  launched("whole", " --save-checkpoint " + (dir / "whole.pt").string());
-  launched("sharded", " --shard-optimizer --save-checkpoint " + (dir / "sharded.pt").string());
-  const auto whole = read_json_file((dir / "whole.json").string());
-  const auto sharded = read_json_file((dir / "sharded.json").string());
-  const double worst = largest_relative_difference(sharded.at("losses"), whole.at("losses"));
-  std::cout << "[sharded vs whole, 2 GPUs, bf16] largest relative loss difference " << worst << std::endl;
-  EXPECT_LE(worst, 1e-5);
-  EXPECT_EQ(sharded.at("distributed").at("weights_max_diff_across_ranks"), 0.0);
-  const Checkpoint a = read_checkpoint((dir / "sharded.pt").string());
-  const Checkpoint b = read_checkpoint((dir / "whole.pt").string());
-  EXPECT_EQ(a.step, b.step);
-  EXPECT_TRUE(a.config.training.shard_optimizer);
-  double weights = 0, moments = 0;
-  for (const auto& [name, w] : b.weights) weights = std::max(weights, testing::rel_error(a.weights.at(name), w));
-  for (const auto& [name, m] : b.exp_avg) {
-    ASSERT_EQ(a.exp_avg.at(name).sizes(), m.sizes()) << name;
-    moments = std::max(moments, testing::rel_error(a.exp_avg.at(name), m));
-    moments = std::max(moments, testing::rel_error(a.exp_avg_sq.at(name), b.exp_avg_sq.at(name)));
+  struct Tolerance {
+    std::string dtype;
+    double losses, weights, moments;
+  };
+  for (const auto& t : {Tolerance{"fp32", 1e-6, 1e-5, 1e-4}, Tolerance{"bf16", 1e-4, 2e-3, 2e-2}}) {
+    SCOPED_TRACE(t.dtype);
+    const std::string whole = "whole_" + t.dtype, sharded = "sharded_" + t.dtype;
+    launched(whole, " --dtype " + t.dtype + " --save-checkpoint " + (dir / (whole + ".pt")).string());
+    launched(sharded, " --dtype " + t.dtype + " --shard-optimizer --save-checkpoint " + (dir / (sharded + ".pt")).string());
+    const auto w = read_json_file((dir / (whole + ".json")).string());
+    const auto s = read_json_file((dir / (sharded + ".json")).string());
+    const double worst = largest_relative_difference(s.at("losses"), w.at("losses"));
+    EXPECT_LE(worst, t.losses);
+    EXPECT_EQ(s.at("distributed").at("weights_max_diff_across_ranks"), 0.0);
+    const Checkpoint a = read_checkpoint((dir / (sharded + ".pt")).string());
+    const Checkpoint b = read_checkpoint((dir / (whole + ".pt")).string());
+    EXPECT_EQ(a.step, b.step);
+    EXPECT_TRUE(a.config.training.shard_optimizer);
+    double weights = 0, moments = 0;
+    for (const auto& [name, x] : b.weights) weights = std::max(weights, testing::rel_error(a.weights.at(name), x));
+    for (const auto& [name, m] : b.exp_avg) {
+      ASSERT_EQ(a.exp_avg.at(name).sizes(), m.sizes()) << name;
+      moments = std::max(moments, testing::rel_error(a.exp_avg.at(name), m));
+      moments = std::max(moments, testing::rel_error(a.exp_avg_sq.at(name), b.exp_avg_sq.at(name)));
+    }
+    std::cout << "[sharded vs whole, 2 GPUs, " << t.dtype << "] relative differences: losses " << worst
+              << ", checkpoint weights " << weights << ", moments " << moments << std::endl;
+    EXPECT_LE(weights, t.weights);
+    EXPECT_LE(moments, t.moments);
   }
-  std::cout << "[sharded vs whole checkpoint] weights " << weights << ", moments " << moments << std::endl;
-  EXPECT_LE(weights, 1e-5);
-  EXPECT_LE(moments, 1e-4);
-  // 2 sharded -> 1 process; 1 process -> 2 sharded.
   const fs::path one_log = dir / "resumed_one.log";
-  EXPECT_EQ(shell(binary + " " + stage_flags(2, dir / "resumed_one.json") + " --dtype bf16 --grad-clip 0.5" +
-                  " --num-steps 12 --resume " + (dir / "sharded.pt").string() + " > " + one_log.string() + " 2>&1"),
+  EXPECT_EQ(shell(binary + " " + stage_flags(2, dir / "resumed_one.json", 12) + " --dtype bf16 --grad-clip 0.5" +
+                  " --resume " + (dir / "sharded_bf16.pt").string() + " > " + one_log.string() + " 2>&1"),
             0)
       << read_text(one_log);
-  launched("resumed_two", " --num-steps 12 --shard-optimizer --resume " + (dir / "whole.pt").string());
+  EXPECT_EQ(read_json_file((dir / "resumed_one.json").string()).at("first_step"), 10);
+  launched("resumed_two", " --dtype bf16 --shard-optimizer --resume " + (dir / "whole_bf16.pt").string(), 12);
   EXPECT_EQ(read_json_file((dir / "resumed_two.json").string()).at("first_step"), 10);
   testing::remove_tree(dir);
 }
