@@ -271,6 +271,7 @@ TEST(DistributedContext, RefusesAHostWithoutGpusOrNccl) {
 struct Trajectory {
   std::vector<double> losses;
   std::map<std::string, torch::Tensor> weights;
+  std::vector<torch::Tensor> copies;  // the compute copies after the last step (bf16 stages)
   Checkpoint checkpoint;    // after the last step (rank 0's, gathered, under data parallel)
   int64_t state_bytes = 0;  // the optimizer's moments on this rank
 };
@@ -340,6 +341,9 @@ std::vector<Trajectory> train_in_threads(const StageSpec& spec, const RunConfig&
           auto inputs = mine.narrow(1, 0, c.training.seq_len), labels = mine.narrow(1, 1, c.training.seq_len);
           out[r].losses.push_back(trainers[r]->step(inputs, labels).item<double>());
         }
+        // What the forward reads, as the steps left it (a sharded optimizer has all-gathered it each step).
+        for (const auto& c : trainers[r]->model()->compute_copies())
+          out[r].copies.push_back(c.copy.detach().clone());
         // A collective with a sharded optimizer (it gathers the masters and moments); every rank's copy is whole.
         out[r].checkpoint = trainers[r]->checkpoint(first + static_cast<int64_t>(batches.size()));
         out[r].weights = trainers[r]->model()->canonical_state();
@@ -410,10 +414,14 @@ TEST(DataParallelCpu, TwoRanksEqualOneProcessWithTheSameGlobalBatch) {
 // another order (within 1e-6). The checkpoints, gathered, hold the same whole moments; each rank holds about half.
 TEST(DataParallelCpu, ShardedOptimizerEqualsTheUnshardedOne) {
   const StageSpec spec = testing::eager_step(stages::v4_ultra());
+  for (const Precision dtype : {Precision::kFp32, Precision::kBf16})
   for (const double clip : {0.0, 0.5})
     for (const int64_t accum : {1, 2}) {
-      SCOPED_TRACE("clip " + std::to_string(clip) + " accumulation " + std::to_string(accum));
+      if (dtype == Precision::kBf16 && accum > 1) continue;  // bf16: the compute copies' paths, once per clip
+      SCOPED_TRACE(std::string(to_string(dtype)) + " clip " + std::to_string(clip) + " accumulation " +
+                   std::to_string(accum));
       RunConfig c = testing::smoke_config();
+      c.training.dtype = dtype;
       c.training.batch_size = 2;  // per rank
       c.training.grad_accum_steps = accum;
       c.training.grad_clip = clip;
@@ -427,6 +435,13 @@ TEST(DataParallelCpu, ShardedOptimizerEqualsTheUnshardedOne) {
       for (const auto& [name, w] : whole[0].weights) {
         EXPECT_LE(testing::rel_error(sharded[0].weights.at(name), w), tolerance) << name;
         EXPECT_TRUE(torch::equal(sharded[1].weights.at(name), sharded[0].weights.at(name))) << name;
+      }
+      // The bf16 copies the next forward reads: all-gathered each step, identical on the ranks before any gather.
+      ASSERT_EQ(sharded[0].copies.size(), whole[0].copies.size());
+      EXPECT_EQ(sharded[0].copies.empty(), dtype == Precision::kFp32);
+      for (size_t i = 0; i < sharded[0].copies.size(); ++i) {
+        EXPECT_TRUE(torch::equal(sharded[1].copies[i], sharded[0].copies[i])) << "copy " << i;
+        EXPECT_LE(testing::rel_error(sharded[0].copies[i], whole[0].copies[i]), tolerance) << "copy " << i;
       }
       const Checkpoint &a = sharded[0].checkpoint, &b = whole[0].checkpoint;
       EXPECT_EQ(a.step, b.step);
@@ -479,6 +494,42 @@ TEST(DataParallelCpu, ShardedCheckpointsResumeAcrossWorldSizes) {
   RunConfig resumed = second[0].checkpoint.config;
   resumed.training.shard_optimizer = !resumed.training.shard_optimizer;
   EXPECT_NO_THROW(check_resumable(second[0].checkpoint, "sharded.pt", spec.name, resumed, /*graphed=*/false));
+}
+
+// The in-process backend catches what hangs real runs: ranks calling different collectives (or the same one on
+// other shapes) both fail, naming each rank's call. And a sharded step refuses a leaf without a gradient instead
+// of reusing its slice of the last step's.
+TEST(DataParallelCpu, RanksOutOfStepFailInsteadOfHanging) {
+  auto hub = std::make_shared<testing::ThreadedBackend::Hub>(2);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      auto group = testing::threaded_group(hub, r);
+      std::vector<torch::Tensor> t{torch::ones({r == 0 ? 3 : 4})};
+      try {
+        group->allreduce(t)->wait();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) {
+    EXPECT_MENTIONS(e, "the ranks called different collectives");
+    EXPECT_MENTIONS(e, "rank 0: allreduce Float[3]");
+    EXPECT_MENTIONS(e, "rank 1: allreduce Float[4]");
+  }
+
+  RunConfig c = testing::smoke_config();
+  DistributedEnv env;
+  env.enabled = true;
+  env.world_size = 2;
+  DistributedContext context(env, testing::threaded_group(std::make_shared<testing::ThreadedBackend::Hub>(2), 0),
+                             torch::kCPU);
+  Trainer trainer(stages::v4_ultra(), c, torch::kCPU, sharded_adamw(context));
+  auto& sharded = dynamic_cast<ShardedAdamW&>(trainer.optimizer());
+  EXPECT_MENTIONS(testing::error_of<c10::Error>([&] { sharded.reduce_scatter(trainer.model()->parameters()); }),
+                  "has no gradient; every one must receive one each step");
 }
 
 // ---------------------------------------------------------------------------------------------------

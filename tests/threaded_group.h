@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,13 +22,15 @@ class ThreadedBackend final : public c10d::Backend {
  public:
   // Where the ranks meet: one per group, shared by its ranks' backends.
   struct Hub {
-    explicit Hub(int size) : size(size), slots(static_cast<size_t>(size)) {}
+    explicit Hub(int size) : size(size), slots(static_cast<size_t>(size)), calls(static_cast<size_t>(size)) {}
     const int size;
     std::mutex mutex;
     std::condition_variable changed;
     int arrived = 0;
     uint64_t generation = 0;
     std::vector<std::vector<at::Tensor>*> slots;  // each waiting rank's tensors
+    std::vector<std::string> calls;  // and the collective it called, with its tensors' dtypes and shapes
+    std::string error;  // the last collective's, for every rank to throw
   };
 
   ThreadedBackend(std::shared_ptr<Hub> hub, int rank) : Backend(rank, hub->size), hub_(std::move(hub)) {}
@@ -35,7 +38,7 @@ class ThreadedBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& options) override {
-    meet(tensors, [&](std::vector<std::vector<at::Tensor>*>& all) {
+    meet("allreduce", tensors, [&](std::vector<std::vector<at::Tensor>*>& all) {
       for (size_t i = 0; i < tensors.size(); ++i) {
         at::Tensor result = (*all[0])[i].clone();
         for (size_t r = 1; r < all.size(); ++r) {
@@ -68,7 +71,7 @@ class ThreadedBackend final : public c10d::Backend {
     std::vector<at::Tensor> both = inputs;
     both.insert(both.end(), outputs.begin(), outputs.end());
     const size_t n = inputs.size();
-    meet(both, [&](std::vector<std::vector<at::Tensor>*>& all) {
+    meet("reduce_scatter", both, [&](std::vector<std::vector<at::Tensor>*>& all) {
       for (size_t i = 0; i < n; ++i) {
         // Summed as allreduce sums: rank 0's, then the others in rank order.
         at::Tensor result = (*all[0])[i].clone();
@@ -89,7 +92,7 @@ class ThreadedBackend final : public c10d::Backend {
     std::vector<at::Tensor> both = inputs;
     both.insert(both.end(), outputs.begin(), outputs.end());
     const size_t n = inputs.size();
-    meet(both, [&](std::vector<std::vector<at::Tensor>*>& all) {
+    meet("allgather", both, [&](std::vector<std::vector<at::Tensor>*>& all) {
       for (size_t i = 0; i < n; ++i)
         for (size_t q = 0; q < all.size(); ++q)
           for (size_t r = 0; r < all.size(); ++r) {
@@ -102,7 +105,7 @@ class ThreadedBackend final : public c10d::Backend {
   }
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& options) override {
-    meet(tensors, [&](std::vector<std::vector<at::Tensor>*>& all) {
+    meet("broadcast", tensors, [&](std::vector<std::vector<at::Tensor>*>& all) {
       for (size_t i = 0; i < tensors.size(); ++i)
         for (auto* rank : all) (*rank)[i].copy_((*all[static_cast<size_t>(options.rootRank)])[i]);
     });
@@ -110,7 +113,7 @@ class ThreadedBackend final : public c10d::Backend {
   }
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
     std::vector<at::Tensor> none;
-    meet(none, [](auto&) {});
+    meet("barrier", none, [](auto&) {});
     return done(none);
   }
   void shutdown() override {}
@@ -135,19 +138,41 @@ class ThreadedBackend final : public c10d::Backend {
     return c10::make_intrusive<Done>(tensors);
   }
 
-  // Every rank calls with its tensors; the last to arrive runs `combine` over all of them, then all return.
-  void meet(std::vector<at::Tensor>& tensors, const std::function<void(std::vector<std::vector<at::Tensor>*>&)>& combine) {
+  // Every rank calls with its tensors; the last to arrive checks that all ranks called the same collective on
+  // tensors of the same shapes and dtypes (a rank out of step is the bug that hangs real runs: here it fails,
+  // naming each rank's call), runs `combine` over all of them, then all return, or all throw its error.
+  void meet(const char* op, std::vector<at::Tensor>& tensors,
+            const std::function<void(std::vector<std::vector<at::Tensor>*>&)>& combine) {
+    std::string call = op;
+    for (const auto& t : tensors) call += " " + std::string(c10::toString(t.scalar_type())) + c10::str(t.sizes());
     std::unique_lock<std::mutex> lock(hub_->mutex);
     hub_->slots[static_cast<size_t>(getRank())] = &tensors;
+    hub_->calls[static_cast<size_t>(getRank())] = call;
     const uint64_t generation = hub_->generation;
     if (++hub_->arrived == hub_->size) {
-      combine(hub_->slots);
+      hub_->error.clear();
+      for (size_t r = 1; r < hub_->calls.size(); ++r)
+        if (hub_->calls[r] != hub_->calls[0]) {
+          hub_->error = "ThreadedBackend: the ranks called different collectives:";
+          for (size_t q = 0; q < hub_->calls.size(); ++q)
+            hub_->error += "\n  rank " + std::to_string(q) + ": " + hub_->calls[q];
+          break;
+        }
+      if (hub_->error.empty()) {
+        try {
+          combine(hub_->slots);
+        } catch (const std::exception& e) {
+          hub_->error = e.what();
+        }
+      }
       hub_->arrived = 0;
       ++hub_->generation;
       hub_->changed.notify_all();
     } else {
       hub_->changed.wait(lock, [&] { return hub_->generation != generation; });
     }
+    // Read before the lock goes: the next collective may clear it.
+    if (!hub_->error.empty()) throw std::runtime_error(hub_->error);
   }
 
   std::shared_ptr<Hub> hub_;

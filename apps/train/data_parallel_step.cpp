@@ -96,17 +96,15 @@ struct LayerSync final : DataParallelStep::State {
   }
 
   void all_reduce(size_t g) {
-    std::vector<torch::Tensor> leaves, grads;
-    for (const auto& leaf : groups[g])
-      if (leaf.grad().defined()) {
-        leaves.push_back(leaf);
-        grads.push_back(leaf.grad());
-      }
-    if (grads.empty()) return;
+    // Every leaf: the sharded optimizer refuses one without a gradient (its slice would keep the last step's).
     if (sharded) {
-      works.push_back(sharded->reduce_scatter(leaves));
+      works.push_back(sharded->reduce_scatter(groups[g]));
       return;
     }
+    std::vector<torch::Tensor> grads;
+    for (const auto& leaf : groups[g])
+      if (leaf.grad().defined()) grads.push_back(leaf.grad());
+    if (grads.empty()) return;
     c10d::AllreduceCoalescedOptions options;
     options.reduceOp = c10d::ReduceOp::AVG;
     works.push_back(context.group()->allreduce_coalesced(grads, options));

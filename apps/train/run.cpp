@@ -35,6 +35,9 @@ nlohmann::json run_description(const StageSpec& spec, const RunConfig& config, c
             {"load_checkpoint", o.load_checkpoint},
             {"resume", o.resume},
             {"checkpoint_every", o.checkpoint_every},
+            // Whether, not where: rank 0 alone writes, but every rank joins a sharded optimizer's gathers.
+            {"checkpoint_dir_given", !o.checkpoint_dir.empty()},
+            {"save_checkpoint_given", !o.save_checkpoint.empty()},
             {"eval_data", o.eval_data},
             {"eval_every", o.eval_every},
             {"profile_steps", o.profile_steps},
@@ -42,9 +45,9 @@ nlohmann::json run_description(const StageSpec& spec, const RunConfig& config, c
             {"dp_sync", to_string(o.dp_sync.value_or(kDefaultGradientSync))}}}};
 }
 
-// Refuses what data parallel cannot do.
 constexpr const char* kShardOptimizerField = "config: field \"training.shard_optimizer\" = true (--shard-optimizer)";
 
+// Refuses what data parallel cannot do.
 void check_data_parallel_options(const DistributedEnv& env, const StageSpec& spec, const RunConfig& config,
                                  const RunOptions& o) {
   if (!env.enabled) {
@@ -141,7 +144,7 @@ StageSpec effective_stage(const StageSpec& stage, const RunOptions& options, con
       spec.summary += "; this run: data parallel with --dp-sync reducer, the step runs eagerly (the Reducer's "
                       "bucket bookkeeping runs on the host during the backward, which a graph replay cannot repeat)";
     } else {
-      spec.summary += "; this run: data parallel, an all-reduce per layer captured in the graph";
+      spec.summary += "; this run: data parallel, the gradients' collectives per layer captured in the graph";
     }
   }
   return spec;

@@ -1,5 +1,6 @@
 #include "apps/train/training_run.h"
 
+#include <algorithm>
 #include <ostream>
 #include <stdexcept>
 #include <utility>
@@ -233,8 +234,18 @@ nlohmann::json distributed_report(DistributedContext& context, Trainer& trainer,
   if (!runner) throw std::runtime_error("distributed_report: the trainer's steps do not run data parallel");
   constexpr int kAllreduceRepeats = 20;
   const double allreduce_ms = context.time_allreduce_ms(runner->gradient_bytes(), kAllreduceRepeats);
-  trainer.optimizer().gather_weights();  // a sharded optimizer's masters are whole only after this
-  const double weight_spread = context.max_difference_across_ranks(trainer.model()->parameters());
+  // The weights the forward reads (the compute copies where the model has them), as the steps left them, then the
+  // masters, which a sharded optimizer gathers first (in bf16 runs they are current only in each rank's slices).
+  std::vector<torch::Tensor> read_by_forward;
+  for (const auto& p : trainer.model()->parameters()) {
+    torch::Tensor read = p;
+    for (const auto& c : trainer.model()->compute_copies())
+      if (c.master.is_same(p)) read = c.copy;
+    read_by_forward.push_back(read);
+  }
+  double weight_spread = context.max_difference_across_ranks(read_by_forward);
+  trainer.optimizer().gather_weights();
+  weight_spread = std::max(weight_spread, context.max_difference_across_ranks(trainer.model()->parameters()));
   const Optimizer& optimizer = trainer.optimizer();
   const auto* sharded = dynamic_cast<const ShardedAdamW*>(&optimizer);
   int64_t state_bytes = 0;
@@ -268,12 +279,16 @@ nlohmann::json distributed_report(DistributedContext& context, Trainer& trainer,
       "median of " + std::to_string(kAllreduceRepeats) +
       " all-reduces of one step's gradients (one buffer per dtype), run alone after training with device events "
       "on rank 0; inside a step the all-reduces (the Reducer's buckets, or one per layer) overlap the backward, so a "
-      "step waits for less than this";
+      "step waits for less than this" +
+      std::string(sharded ? ". A sharded run does no such all-reduce: it reduce-scatters the same bytes and "
+                            "all-gathers the weights, so this is a reference for its communication, not a part of it"
+                          : "");
   out["optimizer_sharded"] = sharded != nullptr;
   out["optimizer_state_mb_per_gpu"] = static_cast<double>(state_bytes) / (1 << 20);
   out["optimizer_state_what"] =
       sharded ? "this rank's slices of AdamW's moments m and v (ZeRO-1; every rank holds one slice of each parameter); "
-                "the fp32 master weights stay whole on every rank"
+                "the fp32 master weights keep their whole memory on every rank (in bf16 runs only this rank's slices "
+                "are current between gathers)"
               : "AdamW's moments m and v, whole on every rank; the fp32 master weights besides";
   out["loss_definition"] = "mean over ranks of each rank's shard loss: the global batch's loss";
   out["weights_max_diff_across_ranks"] = weight_spread;
