@@ -1,6 +1,8 @@
 // Flash attention, register-resident generation (causal, grouped-query, optional RoPE in the load), after
 // FlashAttention-2 (Dao, 2023). bf16/fp16 on NVIDIA sm_80+; the vocabulary (mma.sync fragments, ldmatrix,
-// cp.async) is the "Register fragments" section of vendor.cuh, which states which lane owns which value.
+// cp.async) is the "Register fragments" section of vendor.cuh, which states which lane owns which value, and
+// the steps the kernels below are written in (tile loads, products, mask, online softmax) are
+// flash_fragments.cuh.
 //
 // Forward: a block of 4 warps owns 64 queries (16 per warp) or, at long sequences, 128 (32 per warp: two row
 // fragments that share every K and V fragment loaded), and walks the key/value tiles up to the diagonal. Per
@@ -31,6 +33,7 @@
 // positions). The backward reads those and rotates dQ and dK back by the opposite angle before writing them, so
 // callers pass the unrotated q and k (views of the fused QKV projection) and get their gradients.
 #include "flash_attention.cuh"
+#include "flash_fragments.cuh"
 
 namespace tt::kernels {
 
@@ -38,295 +41,7 @@ namespace {
 
 using namespace flash;
 
-
-// =================================================================================================
-// delta = rowsum(dO * O): the backward's pre-pass, shared by both kernel generations
-// =================================================================================================
-
-constexpr int kDeltaThreads = 2 * kMaxWarpSize;
-
-
-// One row per kLanes threads, 16-byte loads.
-template <typename T, int kD>
-__global__ void __launch_bounds__(kDeltaThreads) flash_delta_kernel(FlashBackwardParams p) {
-  constexpr int kVec = kWideVec<T>;
-  constexpr int kLanes = kD / kVec;
-  static_assert(kLanes <= 32, "a row's lanes must lie in one warp");
-  const int64_t rows = p.batch * p.q_heads * p.seq;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kDeltaThreads / kLanes) + threadIdx.x / kLanes;
-  const int col = static_cast<int>(threadIdx.x) % kLanes * kVec;
-  float sum = 0.0f;
-  if (row < rows) {
-    const int64_t s = row % p.seq;
-    const int64_t head = row / p.seq % p.q_heads;
-    const int64_t batch = row / p.seq / p.q_heads;
-    const T* out = head_ptr<T>(p.out, p.out_strides, batch, head) + s * p.out_strides.seq + col;
-    const T* grad = head_ptr<T>(p.grad_out, p.grad_out_strides, batch, head) + s * p.grad_out_strides.seq + col;
-    const Pack<T, kVec> o = load_pack<kVec>(out);
-    const Pack<T, kVec> g = load_pack<kVec>(grad);
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) sum += to_float(o.values[i]) * to_float(g.values[i]);
-  }
-  sum = lanes_sum<kLanes>(sum);
-  if (row < rows && col == 0) p.delta[row] = sum;
-}
-
 #if defined(TT_MMA_SYNC)
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-// =================================================================================================
-// Shared tiles and register fragments
-// =================================================================================================
-
-// Row pitch of a shared [rows][kD] tile, in elements: 16 bytes of padding shift consecutive rows by 4
-// banks, so the 8 rows an ldmatrix matrix reads hit 8 different 16-byte bank groups (no conflicts), and
-// every row start stays 16-byte aligned for cp.async and ldmatrix.
-template <int kD>
-constexpr int kPitch = kD + 8;
-
-template <int kD>
-constexpr int tile_bytes(int rows) {
-  return rows * kPitch<kD> * 2;
-}
-
-__device__ __forceinline__ int lane() { return static_cast<int>(threadIdx.x) % kMmaLanes; }
-__device__ __forceinline__ int warp() { return static_cast<int>(threadIdx.x) / kMmaLanes; }
-
-// Starts copying rows [row0, row0 + kRows) of one head's [seq, kD] matrix (rows `stride` elements apart)
-// into a shared tile; rows at or past `seq` become zeros (they add nothing to any product).
-template <int kRows, int kD, int kThreads, typename T>
-__device__ void load_rows_async(T* tile, const T* src, int64_t stride, int row0, int seq) {
-  constexpr int kChunks = kD / 8;  // 16-byte chunks per row
-#pragma unroll
-  for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
-    const int r = c / kChunks;
-    const int col = c % kChunks * 8;
-    const bool valid = row0 + r < seq;
-    const T* from = src + static_cast<int64_t>(valid ? row0 + r : 0) * stride + col;
-    cp_async_16(shared_address(tile + r * kPitch<kD> + col), from, valid);
-  }
-}
-
-// Starts copying entries [row0, row0 + kRows) of a per-query fp32 statistic (lse or delta), zeros past seq.
-template <int kRows, int kThreads>
-__device__ void load_stats_async(float* dst, const float* src, int row0, int seq) {
-  for (int r = threadIdx.x; r < kRows; r += kThreads) {
-    const bool valid = row0 + r < seq;
-    cp_async_4(shared_address(dst + r), src + (valid ? row0 + r : 0), valid);
-  }
-}
-
-// Starts copying rows [row0, row0 + kRows) of a RoPE table (kD / 2 floats per row) into shared memory; rows
-// past seq become zeros.
-template <int kRows, int kD, int kThreads>
-__device__ void load_table_rows_async(float* dst, const float* table, int row0, int seq) {
-  constexpr int kChunks = kD / 2 / 4;  // 16-byte chunks per row
-  for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
-    const int r = c / kChunks;
-    const int col = c % kChunks * 4;
-    const bool valid = row0 + r < seq;
-    cp_async_16(shared_address(dst + r * (kD / 2) + col), table + static_cast<int64_t>(valid ? row0 + r : 0) * (kD / 2) + col,
-                valid);
-  }
-}
-
-// RoPE on rows [0, kRows) of a shared tile, row r at position pos0 + r (rows past seq are zeros and stay
-// so), by the table rows cos[r], sin[r] (kD / 2 floats each, in global or shared memory). Block-collective; the
-// caller puts barriers around it. Each thread rotates 4 consecutive pairs per item (16 bytes of the tile and of
-// each table), the items unrolled so that their loads are in flight together.
-template <int kRows, int kD, int kThreads, typename T>
-__device__ void rotate_rows(T* tile, int pos0, int seq, const float* cos, const float* sin) {
-  constexpr int kPairsPerItem = 4;
-  constexpr int kItemsPerRow = kD / 2 / kPairsPerItem;
-  constexpr int kItems = kRows * kItemsPerRow;
-#pragma unroll
-  for (int it = 0; it < (kItems + kThreads - 1) / kThreads; ++it) {
-    const int item = static_cast<int>(threadIdx.x) + it * kThreads;
-    if (kItems % kThreads != 0 && item >= kItems) break;
-    const int r = item / kItemsPerRow;
-    const int pair = item % kItemsPerRow * kPairsPerItem;
-    if (pos0 + r >= seq) continue;
-    const int at = r * (kD / 2) + pair;
-    const float4 c = *reinterpret_cast<const float4*>(cos + at);
-    const float4 s = *reinterpret_cast<const float4*>(sin + at);
-    uint4* x = reinterpret_cast<uint4*>(tile + r * kPitch<kD> + 2 * pair);
-    uint4 v = *x;
-    uint32_t* words = reinterpret_cast<uint32_t*>(&v);
-    const float cs[4] = {c.x, c.y, c.z, c.w};
-    const float sn[4] = {s.x, s.y, s.z, s.w};
-#pragma unroll
-    for (int p = 0; p < kPairsPerItem; ++p) {
-      float x0, x1;
-      unpack_pair<T>(words[p], x0, x1);
-      // tt::ops::rope's arithmetic, so the same rounding.
-      words[p] = pack_pair<T>(x0 * cs[p] - x1 * sn[p], x0 * sn[p] + x1 * cs[p]);
-    }
-    *x = v;
-  }
-}
-
-// The A fragment of rows row0..row0+15, columns col0..col0+15 of a row-major shared tile.
-template <int kD, typename T>
-__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, int row0, int col0) {
-  ldmatrix_x4(a, shared_address(tile + (row0 + lane() % 16) * kPitch<kD> + col0 + lane() / 16 * 8));
-}
-
-// B fragments of two 8-column tiles for C += A B^T, B^T given row-major ([n][k], a K tile for Q K^T): rows
-// n0..n0+15, columns k0..k0+15. b[0], b[1] serve columns n0..n0+7 of C, b[2], b[3] columns n0+8..n0+15.
-template <int kD, typename T>
-__device__ __forceinline__ void load_b_transposed(uint32_t (&b)[4], const T* tile, int n0, int k0) {
-  ldmatrix_x4(b, shared_address(tile + (n0 + lane() / 16 * 8 + lane() % 8) * kPitch<kD> + k0 + lane() / 8 % 2 * 8));
-}
-
-// B fragments of two 8-column tiles for C += A B, B row-major ([k][n], a V tile for P V): rows k0..k0+15,
-// columns n0..n0+15, transposed on the way by ldmatrix.trans.
-template <int kD, typename T>
-__device__ __forceinline__ void load_b(uint32_t (&b)[4], const T* tile, int k0, int n0) {
-  ldmatrix_x4_trans(b, shared_address(tile + (k0 + lane() / 8 % 2 * 8 + lane() % 8) * kPitch<kD> + n0 + lane() / 16 * 8));
-}
-
-// acc [16 x kN] += A [16 x kK] B^T, with A's fragments in registers and B^T [kN x kK] rows b_row0.. of a
-// shared tile.
-template <typename T, int kD, int kK, int kN>
-__device__ __forceinline__ void mma_abt(float (&acc)[kN / 8][4], const uint32_t (&a)[kK / 16][4], const T* b_tile,
-                                        int b_row0) {
-#pragma unroll
-  for (int k = 0; k < kK / 16; ++k) {
-#pragma unroll
-    for (int n = 0; n < kN / 16; ++n) {
-      uint32_t b[4];
-      load_b_transposed<kD>(b, b_tile, b_row0 + 16 * n, 16 * k);
-      mma_16x8x16<T>(acc[2 * n], a[k], b[0], b[1]);
-      mma_16x8x16<T>(acc[2 * n + 1], a[k], b[2], b[3]);
-    }
-  }
-}
-
-// acc[m] [16 x kN] += A_m [16 x kK] B^T for kM row fragments of a shared A tile (rows a_row0 + 16 m ..), B^T
-// [kN x kK] from rows b_row0.. of a shared tile: each B fragment, loaded once, serves all kM row fragments.
-template <typename T, int kD, int kK, int kN, int kM>
-__device__ __forceinline__ void mma_abt_rows(float (&acc)[kM][kN / 8][4], const T* a_tile, int a_row0,
-                                             const T* b_tile, int b_row0) {
-#pragma unroll
-  for (int k = 0; k < kK / 16; ++k) {
-    uint32_t a[kM][4];
-#pragma unroll
-    for (int m = 0; m < kM; ++m) load_a<kD>(a[m], a_tile, a_row0 + 16 * m, 16 * k);
-#pragma unroll
-    for (int n = 0; n < kN / 16; ++n) {
-      uint32_t b[4];
-      load_b_transposed<kD>(b, b_tile, b_row0 + 16 * n, 16 * k);
-#pragma unroll
-      for (int m = 0; m < kM; ++m) {
-        mma_16x8x16<T>(acc[m][2 * n], a[m], b[0], b[1]);
-        mma_16x8x16<T>(acc[m][2 * n + 1], a[m], b[2], b[3]);
-      }
-    }
-  }
-}
-
-// acc[m] [16 x kD] += A_m [16 x kK] B for kM row fragments whose A operands are in registers, B [kK x kD] from
-// rows b_row0.. of a shared tile, each B fragment loaded once for all kM.
-template <typename T, int kD, int kK, int kM>
-__device__ __forceinline__ void mma_ab_rows(float (&acc)[kM][kD / 8][4], const uint32_t (&a)[kM][kK / 16][4],
-                                            const T* b_tile, int b_row0) {
-#pragma unroll
-  for (int k = 0; k < kK / 16; ++k) {
-#pragma unroll
-    for (int n = 0; n < kD / 16; ++n) {
-      uint32_t b[4];
-      load_b<kD>(b, b_tile, b_row0 + 16 * k, 16 * n);
-#pragma unroll
-      for (int m = 0; m < kM; ++m) {
-        mma_16x8x16<T>(acc[m][2 * n], a[m][k], b[0], b[1]);
-        mma_16x8x16<T>(acc[m][2 * n + 1], a[m][k], b[2], b[3]);
-      }
-    }
-  }
-}
-
-// acc [16 x kD] += A [16 x kK] B for one row fragment: mma_ab_rows with kM = 1 (the backward's form).
-template <typename T, int kD, int kK>
-__device__ __forceinline__ void mma_ab(float (&acc)[kD / 8][4], const uint32_t (&a)[kK / 16][4], const T* b_tile,
-                                       int b_row0) {
-  mma_ab_rows<T, kD, kK, 1>(reinterpret_cast<float(&)[1][kD / 8][4]>(acc),
-                            reinterpret_cast<const uint32_t(&)[1][kK / 16][4]>(a), b_tile, b_row0);
-}
-
-// The A fragments of rows row0..row0+15, all kK columns, of a shared tile.
-template <int kD, int kK, typename T>
-__device__ __forceinline__ void load_a_row(uint32_t (&a)[kK / 16][4], const T* tile, int row0) {
-#pragma unroll
-  for (int k = 0; k < kK / 16; ++k) load_a<kD>(a[k], tile, row0, 16 * k);
-}
-
-// An fp32 accumulator [16 x kN], rounded to T, as the A operand of the next product (see vendor.cuh: the
-// two layouts share their lanes).
-template <typename T, int kN>
-__device__ __forceinline__ void to_a_fragments(uint32_t (&a)[kN / 16][4], const float (&c)[kN / 8][4]) {
-#pragma unroll
-  for (int k = 0; k < kN / 16; ++k) {
-    a[k][0] = pack_pair<T>(c[2 * k][0], c[2 * k][1]);
-    a[k][1] = pack_pair<T>(c[2 * k][2], c[2 * k][3]);
-    a[k][2] = pack_pair<T>(c[2 * k + 1][0], c[2 * k + 1][1]);
-    a[k][3] = pack_pair<T>(c[2 * k + 1][2], c[2 * k + 1][3]);
-  }
-}
-
-template <int kN>
-__device__ __forceinline__ void zero(float (&acc)[kN][4]) {
-#pragma unroll
-  for (int n = 0; n < kN; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
-}
-
-// Where value e of 8-column fragment n of a warp's C tile lies: row offset within the warp's 16 rows, and
-// column offset within the tile.
-__device__ __forceinline__ int c_row(int e) { return lane() / 4 + (e >= 2 ? 8 : 0); }
-__device__ __forceinline__ int c_col(int n, int e) { return 8 * n + 2 * (lane() % 4) + (e & 1); }
-
-// Multiplies a warp's C tile [16 x kD] by `scale`, rotates each row's pairs back by RoPE's angle at
-// position pos0 + row when `cos` is given (the gradient of a rotation is the opposite rotation), and
-// writes it, rounded to T, into rows warp_row0.. of a shared staging tile.
-template <typename T, int kD>
-__device__ void stage_rows(T* staging, int warp_row0, float (&acc)[kD / 8][4], float scale, int pos0, int seq,
-                           const float* cos, const float* sin) {
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = warp_row0 + c_row(2 * half);
-    const int pos = pos0 + row;
-#pragma unroll
-    for (int n = 0; n < kD / 8; ++n) {
-      float x0 = acc[n][2 * half] * scale;
-      float x1 = acc[n][2 * half + 1] * scale;
-      if (cos != nullptr && pos < seq) {
-        const int64_t at = static_cast<int64_t>(pos) * (kD / 2) + c_col(n, 0) / 2;
-        const float c = cos[at];
-        const float s = sin[at];
-        const float r0 = x0 * c + x1 * s;
-        const float r1 = x1 * c - x0 * s;
-        x0 = r0;
-        x1 = r1;
-      }
-      *reinterpret_cast<uint32_t*>(staging + row * kPitch<kD> + c_col(n, 0)) = pack_pair<T>(x0, x1);
-    }
-  }
-}
-
-// Writes rows [0, kRows) of a shared staging tile to global rows row0.. (those below seq), 16 bytes at a time.
-template <int kRows, int kD, int kThreads, typename T>
-__device__ void store_rows(T* dst, int64_t stride, int row0, int seq, const T* staging) {
-  constexpr int kChunks = kD / 8;
-  for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
-    const int r = c / kChunks;
-    const int col = c % kChunks * 8;
-    if (row0 + r >= seq) continue;
-    store_pack<8>(dst + static_cast<int64_t>(row0 + r) * stride + col, load_pack<8>(staging + r * kPitch<kD> + col));
-  }
-}
 
 // =================================================================================================
 // Forward
@@ -367,11 +82,9 @@ __global__ void __launch_bounds__(kWarps * kMmaLanes) flash_forward_kernel(Flash
   T* q_tile = reinterpret_cast<T*>(smem + Shape::kQ);
   auto stage = [&](int j) { return smem + Shape::kStage + (j % 2) * Shape::kStageBytes; };
 
-  // Causal blocks do more work the later their queries: start those first, so the short ones fill the tail.
-  const int q0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kBlockM;
-  const int64_t head = blockIdx.y;
-  const int64_t batch = blockIdx.z;
-  const int64_t kv_head = head / (p.q_heads / p.kv_heads);
+  const QueryBlock block = query_block<kBlockM>(p.q_heads, p.kv_heads);
+  const int q0 = block.q0;
+  const int64_t head = block.head, batch = block.batch, kv_head = block.kv_head;
   const int seq = static_cast<int>(p.seq);
   const T* q = head_ptr<T>(p.q, p.q_strides, batch, head);
   const T* k = head_ptr<T>(p.k, p.k_strides, batch, kv_head);
@@ -438,49 +151,9 @@ __global__ void __launch_bounds__(kWarps * kMmaLanes) flash_forward_kernel(Flash
     for (int m = 0; m < kFrags; ++m) zero(s[m]);
     mma_abt_rows<T, kD, kD, kBlockN, kFrags>(s, q_tile, warp_row0, k_tile, 0);
 
-    if (k0 + kBlockN > warp_q0 + 1 || k0 + kBlockN > seq) {  // the tile crosses this warp's diagonal or the end
-#pragma unroll
-      for (int m = 0; m < kFrags; ++m)
-#pragma unroll
-        for (int n = 0; n < kBlockN / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = k0 + c_col(n, e);
-            if (key > warp_q0 + 16 * m + c_row(e) || key >= seq) s[m][n][e] = -INFINITY;
-          }
-    }
-
-#pragma unroll
-    for (int m = 0; m < kFrags; ++m) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float tile_max = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < kBlockN / 8; ++n)
-          tile_max = fmaxf(tile_max, fmaxf(s[m][n][2 * half], s[m][n][2 * half + 1]));
-        const float new_max = fmaxf(row_max[m][half], quad_max(tile_max));
-        // Tile 0 holds key 0, which every query sees, so new_max is finite from then on; the guard keeps
-        // -inf - -inf out of a row that had seen nothing (none does, but a NaN would spread).
-        const float base = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
-        const float alpha = exp2f(row_max[m][half] * scale_log2 - base);
-        row_max[m][half] = new_max;
-        float sum = 0.0f;
-#pragma unroll
-        for (int n = 0; n < kBlockN / 8; ++n) {
-#pragma unroll
-          for (int e = 2 * half; e < 2 * half + 2; ++e) {
-            s[m][n][e] = exp2f(s[m][n][e] * scale_log2 - base);
-            sum += s[m][n][e];
-          }
-        }
-        row_sum[m][half] = row_sum[m][half] * alpha + sum;
-#pragma unroll
-        for (int n = 0; n < kD / 8; ++n) {
-          o[m][n][2 * half] *= alpha;
-          o[m][n][2 * half + 1] *= alpha;
-        }
-      }
-    }
+    if (k0 + kBlockN > warp_q0 + 1 || k0 + kBlockN > seq)  // the tile crosses this warp's diagonal or the end
+      mask_scores<kFrags, kBlockN>(s, k0, warp_q0, seq);
+    online_softmax<kFrags, kBlockN, kD>(s, o, row_max, row_sum, scale_log2);
 
     uint32_t probs[kFrags][kBlockN / 16][4];
 #pragma unroll
@@ -488,23 +161,7 @@ __global__ void __launch_bounds__(kWarps * kMmaLanes) flash_forward_kernel(Flash
     mma_ab_rows<T, kD, kBlockN, kFrags>(o, probs, v_tile, 0);
   }
 
-#pragma unroll
-  for (int m = 0; m < kFrags; ++m) {
-    float inverse[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float sum = quad_sum(row_sum[m][half]);
-      inverse[half] = 1.0f / sum;
-      const int query = warp_q0 + 16 * m + c_row(2 * half);
-      if (lane() % 4 == 0 && query < seq) {
-        p.lse[(batch * p.q_heads + head) * p.seq + query] = (row_max[m][half] * scale_log2 + log2f(sum)) * kLn2;
-      }
-    }
-#pragma unroll
-    for (int n = 0; n < kD / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[m][n][e] *= inverse[e / 2];
-  }
+  finish_softmax<kFrags, kD>(o, row_max, row_sum, scale_log2, warp_q0, seq, p.lse + (batch * p.q_heads + head) * p.seq);
 
   // Stage the output over the Q tile, once no warp reads it any more (each reads its own rows for S; with RoPE
   // every thread also copies some of every row out in tile 0).
@@ -625,7 +282,7 @@ __global__ void __launch_bounds__(BackwardKvShape<kD>::kThreads) flash_backward_
         const int key = warp_k0 + c_row(e);
         const float row_lse = (e & 1) ? lse_pair.y : lse_pair.x;
         const float row_delta = (e & 1) ? delta_pair.y : delta_pair.x;
-        const float prob = key <= query && query < seq ? exp2f(s[n][e] * scale_log2 - row_lse * kLog2e) : 0.0f;
+        const float prob = recomputed_probability(s[n][e], scale_log2, row_lse * kLog2e, attends(query, key, seq));
         s[n][e] = prob;
         dp[n][e] = prob * (dp[n][e] - row_delta);
       }
@@ -680,10 +337,9 @@ __global__ void __launch_bounds__(BackwardQShape<kD>::kThreads) flash_backward_q
     return reinterpret_cast<T*>(smem + Shape::kStage + (j % 2) * Shape::kStageBytes + Shape::kStageV);
   };
 
-  const int q0 = (static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x)) * kBlockM;  // longest first
-  const int64_t head = blockIdx.y;
-  const int64_t batch = blockIdx.z;
-  const int64_t kv_head = head / (p.q_heads / p.kv_heads);
+  const QueryBlock block = query_block<kBlockM>(p.q_heads, p.kv_heads);
+  const int q0 = block.q0;
+  const int64_t head = block.head, batch = block.batch, kv_head = block.kv_head;
   const int seq = static_cast<int>(p.seq);
   const T* k = head_ptr<T>(p.k, p.k_strides, batch, kv_head);
   const T* v = head_ptr<T>(p.v, p.v_strides, batch, kv_head);
@@ -764,7 +420,7 @@ __global__ void __launch_bounds__(BackwardQShape<kD>::kThreads) flash_backward_q
       for (int e = 0; e < 4; ++e) {
         const int query = warp_q0 + c_row(e);
         const int key = k0 + c_col(n, e);
-        const float prob = key <= query && query < seq ? exp2f(s[n][e] * scale_log2 - row_lse[e / 2]) : 0.0f;
+        const float prob = recomputed_probability(s[n][e], scale_log2, row_lse[e / 2], attends(query, key, seq));
         dp[n][e] = prob * (dp[n][e] - row_delta[e / 2]);
       }
 
@@ -787,13 +443,6 @@ __global__ void __launch_bounds__(BackwardQShape<kD>::kThreads) flash_backward_q
 // Launchers
 // =================================================================================================
 
-
-template <typename T, int kD>
-LaunchStatus delta_for(const FlashBackwardParams& p, gpuStream_t stream) {
-  constexpr int kRowsPerBlock = kDeltaThreads / (kD / kWideVec<T>);
-  flash_delta_kernel<T, kD><<<blocks_for(p.batch * p.q_heads * p.seq, kRowsPerBlock), kDeltaThreads, 0, stream>>>(p);
-  return last_launch_status();
-}
 
 #if defined(TT_MMA_SYNC)
 // Long sequences take blocks of 128 queries, 4 warps of 32 rows (each K/V tile is read from L2 once for 128
@@ -867,16 +516,6 @@ bool flash_kernel_available(FlashKernel kernel, DType dtype) {
   (void)dtype;
   return false;
 #endif
-}
-
-LaunchStatus flash_attention_delta(const FlashBackwardParams& params, DType dtype, void* stream) {
-  LaunchStatus status;
-  const bool supported = dispatch_head_dim(params.head_dim, [&](auto head_dim) {
-    dispatch_dtype(dtype, [&](auto element) {
-      status = delta_for<decltype(element), decltype(head_dim)::value>(params, to_stream(stream));
-    });
-  });
-  return supported ? status : LaunchStatus{kUnsupportedHeadDim};
 }
 
 namespace {

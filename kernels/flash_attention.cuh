@@ -103,9 +103,6 @@ LaunchStatus flash_attention_forward(const FlashForwardParams& params, DType dty
 LaunchStatus flash_attention_backward(const FlashBackwardParams& params, DType dtype, void* stream,
                                       FlashKernel kernel);
 
-// delta = rowsum(grad_out * out) into params.delta: the backward's first pass, shared by both generations.
-LaunchStatus flash_attention_delta(const FlashBackwardParams& params, DType dtype, void* stream);
-
 // The shared-memory generation (flash_attention_tiled.cu); the two entry points above dispatch to it.
 // rope_cos/rope_sin must be nullptr.
 LaunchStatus flash_attention_forward_tiled(const FlashForwardParams& params, DType dtype, void* stream);
@@ -125,6 +122,9 @@ template <typename T>
 __device__ inline T* head_ptr(void* base, const FlashStrides& strides, int64_t batch, int64_t head) {
   return static_cast<T*>(base) + batch * strides.batch + head * strides.head;
 }
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
 // 1/sqrt(D). The kernels fold log2(e) into it and use exp2 for exp.
 template <int kD>

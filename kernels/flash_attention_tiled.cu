@@ -9,7 +9,7 @@
 // accumulator before adding P V. The S x S matrix never exists: memory is O(seq). The row's log-sum-exp
 // m + log(l) is saved for the backward.
 //
-// Backward, with P recomputed from the saved log-sum-exp and delta = rowsum(dO * O):
+// Backward, with P recomputed from the saved log-sum-exp and delta = rowsum(dO * O) (a pre-pass kernel):
 //   dV = P^T dO,   dP = dO V^T,   dS = P * (dP - delta),   dQ = dS K * scale,   dK = dS^T Q * scale.
 // Two kernels, so that no output is summed by atomics and every gradient is bitwise reproducible:
 //  * dK, dV: one block per (key tile, key/value head, batch); it loops over the query heads of its group
@@ -44,8 +44,6 @@ using namespace flash;
 constexpr int kThreads = 2 * kMaxWarpSize;
 // LDS per workgroup on AMD CDNA; NVIDIA sm_80+ gives more after the opt-in, but every tile fits this.
 constexpr int kMaxSharedBytes = 64 * 1024;
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 // Rows per tile. Forward: kRows queries per block, kCols keys per step. Backward: kOuter rows a block owns
 // (keys for dK/dV, queries for dQ), kInner rows per step. Chosen so that each kernel's shared memory fits
@@ -542,6 +540,36 @@ __global__ void __launch_bounds__(kThreads) flash_backward_q_kernel(FlashBackwar
 }
 
 // =================================================================================================
+// Backward: delta = rowsum(dO * O), the pre-pass of this generation's backward (the register generation's dQ
+// kernel computes delta itself)
+// =================================================================================================
+
+// One row per kLanes threads, 16-byte loads.
+template <typename T, int kD>
+__global__ void __launch_bounds__(kThreads) flash_delta_kernel(FlashBackwardParams p) {
+  constexpr int kVec = kWideVec<T>;
+  constexpr int kLanes = kD / kVec;
+  static_assert(kLanes <= 32, "a row's lanes must lie in one warp");
+  const int64_t rows = p.batch * p.q_heads * p.seq;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / kLanes) + threadIdx.x / kLanes;
+  const int col = static_cast<int>(threadIdx.x) % kLanes * kVec;
+  float sum = 0.0f;
+  if (row < rows) {
+    const int64_t s = row % p.seq;
+    const int64_t head = row / p.seq % p.q_heads;
+    const int64_t batch = row / p.seq / p.q_heads;
+    const T* out = head_ptr<T>(p.out, p.out_strides, batch, head) + s * p.out_strides.seq + col;
+    const T* grad = head_ptr<T>(p.grad_out, p.grad_out_strides, batch, head) + s * p.grad_out_strides.seq + col;
+    const Pack<T, kVec> o = load_pack<kVec>(out);
+    const Pack<T, kVec> g = load_pack<kVec>(grad);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) sum += to_float(o.values[i]) * to_float(g.values[i]);
+  }
+  sum = lanes_sum<kLanes>(sum);
+  if (row < rows && col == 0) p.delta[row] = sum;
+}
+
+// =================================================================================================
 // Launchers
 // =================================================================================================
 
@@ -557,9 +585,11 @@ LaunchStatus forward_for(const FlashForwardParams& p, gpuStream_t stream) {
 }
 
 template <typename T, int kD>
-LaunchStatus backward_for(const FlashBackwardParams& p, DType dtype, gpuStream_t stream) {
+LaunchStatus backward_for(const FlashBackwardParams& p, gpuStream_t stream) {
   using Smem = BackwardSmem<T, kD>;
-  LaunchStatus status = flash_attention_delta(p, dtype, stream);
+  constexpr int kDeltaRowsPerBlock = kThreads / (kD / kWideVec<T>);
+  flash_delta_kernel<T, kD><<<blocks_for(p.batch * p.q_heads * p.seq, kDeltaRowsPerBlock), kThreads, 0, stream>>>(p);
+  LaunchStatus status = last_launch_status();
   if (!status.ok()) return status;
 
   status = allow_dynamic_shared_memory(flash_backward_kv_kernel<T, kD>, Smem::kBytes);
@@ -596,7 +626,7 @@ LaunchStatus flash_attention_backward_tiled(const FlashBackwardParams& params, D
   LaunchStatus status;
   const bool supported = dispatch_head_dim(params.head_dim, [&](auto head_dim) {
     dispatch_dtype(dtype, [&](auto element) {
-      status = backward_for<decltype(element), decltype(head_dim)::value>(params, dtype, to_stream(stream));
+      status = backward_for<decltype(element), decltype(head_dim)::value>(params, to_stream(stream));
     });
   });
   return supported ? status : LaunchStatus{kUnsupportedHeadDim};
