@@ -170,6 +170,10 @@ TEST(Compare, DetectsEachFieldThatMakesResultsIncomparable) {
   // A one-rank data-parallel run is the plain run.
   results[1].json["distributed"] = {{"world_size", 1}};
   EXPECT_TRUE(find_mismatches(results).empty());
+  // Sharded (ZeRO-1) or not, and the optimizer overlap, are what a comparison shows, not a reason to refuse it.
+  results[1].json["config"]["training"]["shard_optimizer"] = true;
+  results[1].json["config"]["training"]["optimizer_overlap"] = true;
+  EXPECT_TRUE(find_mismatches(results).empty());
   // A different commit is a note, not a refusal.
   results[1].json["system"]["git_commit"] = "abc123";
   EXPECT_TRUE(find_mismatches(results).empty());

@@ -17,9 +17,11 @@ namespace fs = std::filesystem;
 
 constexpr const char* kReferenceStage = "v1_baseline";
 // Training fields that change neither the work of a step nor the loss curve; the dtype is compared once,
-// as training.dtype. The optimizer overlap changes only when the update runs (bitwise the same result):
-// comparing runs with and without it is what it is for.
-const std::set<std::string> kUncomparedTrainingFields = {"log_every", "device", "dtype", "optimizer_overlap"};
+// as training.dtype. The optimizer overlap changes only when the update runs (bitwise the same result), and
+// sharding (ZeRO-1) only where the optimizer state lives (the same update, the clipping norm summed in another
+// order): comparing runs with and without them is what they are for.
+const std::set<std::string> kUncomparedTrainingFields = {"log_every", "device", "dtype", "optimizer_overlap",
+                                                         "shard_optimizer"};
 const char* const kNoteFields[] = {"system.libtorch_version", "system.runtime_version", "system.driver_version",
                                    "system.backend",          "system.git_commit",      "system.hostname"};
 
