@@ -276,14 +276,6 @@ struct Trajectory {
   int64_t state_bytes = 0;  // the optimizer's moments on this rank
 };
 
-int64_t state_bytes(const Optimizer& optimizer) {
-  if (const auto* sharded = dynamic_cast<const ShardedAdamW*>(&optimizer)) return sharded->state_bytes();
-  int64_t bytes = 0;
-  for (size_t i = 0; i < optimizer.parameters().size(); ++i)
-    bytes += 2 * optimizer.exp_avg(i).numel() * static_cast<int64_t>(optimizer.exp_avg(i).element_size());
-  return bytes;
-}
-
 // One optimizer step per batch of one process on the whole global batch of each step (after `resume`'s state).
 Trajectory train_alone(const StageSpec& spec, const RunConfig& c, const std::vector<torch::Tensor>& batches,
                        const Checkpoint* resume = nullptr) {
@@ -296,7 +288,7 @@ Trajectory train_alone(const StageSpec& spec, const RunConfig& c, const std::vec
   }
   t.checkpoint = trainer.checkpoint(first + static_cast<int64_t>(batches.size()));
   t.weights = trainer.model()->canonical_state();
-  t.state_bytes = state_bytes(trainer.optimizer());
+  t.state_bytes = trainer.optimizer().state_bytes();
   return t;
 }
 
@@ -347,7 +339,7 @@ std::vector<Trajectory> train_in_threads(const StageSpec& spec, const RunConfig&
         // A collective with a sharded optimizer (it gathers the masters and moments); every rank's copy is whole.
         out[r].checkpoint = trainers[r]->checkpoint(first + static_cast<int64_t>(batches.size()));
         out[r].weights = trainers[r]->model()->canonical_state();
-        out[r].state_bytes = state_bytes(trainers[r]->optimizer());
+        out[r].state_bytes = trainers[r]->optimizer().state_bytes();
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }

@@ -157,8 +157,8 @@ DataParallelStep::DataParallelStep(DistributedContext& context, Transformer mode
   TORCH_CHECK(accum_steps >= 1, "DataParallelStep: accum_steps must be >= 1, got ", accum_steps);
   TORCH_CHECK(capture_at < 0 || sync == GradientSync::kLayers,
               "DataParallelStep: the Reducer's host bookkeeping cannot be captured in a graph; use layers");
-  const auto leaves = gradient_leaves(model);
-  for (const auto& leaf : leaves) {
+  leaves_ = gradient_leaves(model);
+  for (const auto& leaf : leaves_) {
     const auto dtype = leaf.scalar_type();
     auto it = std::find_if(gradient_bytes_.begin(), gradient_bytes_.end(), [&](auto& e) { return e.first == dtype; });
     if (it == gradient_bytes_.end()) it = gradient_bytes_.insert(gradient_bytes_.end(), {dtype, 0});
@@ -169,9 +169,9 @@ DataParallelStep::DataParallelStep(DistributedContext& context, Transformer mode
               "DataParallelStep: a sharded optimizer receives its gradients reduce-scattered per layer (layers), not "
               "all-reduced by the Reducer");
   if (sync == GradientSync::kReducer)
-    state_ = std::make_unique<ReducerSync>(context, leaves);
+    state_ = std::make_unique<ReducerSync>(context, leaves_);
   else
-    state_ = std::make_unique<LayerSync>(context, layer_groups(model, leaves), sharded);
+    state_ = std::make_unique<LayerSync>(context, layer_groups(model, leaves_), sharded);
   eager_ = std::make_unique<EagerStep>(std::move(model), optimizer, accum_steps, state_.get());
   if (capture_at >= 0) graph_ = std::make_unique<GraphedStep>(*eager_, capture_at);
 }

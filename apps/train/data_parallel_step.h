@@ -42,6 +42,8 @@ class DataParallelStep final : public StepRunner {
   bool captures_graph() const override { return graph_ != nullptr; }
   GradientSync sync() const { return sync_; }
   bool sharded() const { return sharded_; }
+  // The tensors whose gradients are synchronised (gradient_leaves): the weights the forward reads.
+  const std::vector<torch::Tensor>& leaves() const { return leaves_; }
   // Bytes of gradients all-reduced (or reduce-scattered) per step, per dtype.
   const std::vector<std::pair<torch::Dtype, int64_t>>& gradient_bytes() const { return gradient_bytes_; }
 
@@ -51,6 +53,7 @@ class DataParallelStep final : public StepRunner {
   int64_t accum_steps_;
   GradientSync sync_;
   bool sharded_;  // the optimizer is sharded: reduce-scatter instead of all-reduce
+  std::vector<torch::Tensor> leaves_;
   std::vector<std::pair<torch::Dtype, int64_t>> gradient_bytes_;
   std::unique_ptr<State> state_;
   std::unique_ptr<EagerStep> eager_;

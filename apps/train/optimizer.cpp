@@ -356,6 +356,14 @@ std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const Transformer&
   TORCH_CHECK(false, "unknown optimizer kind ", static_cast<int>(kind));
 }
 
+int64_t Optimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < params_.size(); ++i)
+    for (const auto& moment : {exp_avg(i), exp_avg_sq(i)})
+      if (moment.defined()) bytes += moment.numel() * static_cast<int64_t>(moment.element_size());
+  return bytes;
+}
+
 void clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;

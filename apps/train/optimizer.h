@@ -72,6 +72,8 @@ class Optimizer {
   virtual bool sharded() const { return false; }
   // The model's master weights whole on every rank: a collective for a sharded optimizer, nothing otherwise.
   virtual void gather_weights() {}
+  // Bytes of moments this process holds (m and v; a sharded optimizer's slices only).
+  virtual int64_t state_bytes() const;
   const std::vector<torch::Tensor>& parameters() const { return params_; }
 
  protected:

@@ -299,12 +299,6 @@ int64_t ShardedAdamW::state_bytes() const {
   return bytes;
 }
 
-int64_t ShardedAdamW::unsharded_state_bytes() const {
-  int64_t bytes = 0;
-  for (const auto& p : impl_->params) bytes += 2 * p.master.numel * static_cast<int64_t>(p.exp_avg.element_size());
-  return bytes;
-}
-
 OptimizerMaker sharded_adamw(DistributedContext& context) {
   return [&context](const Transformer& model, const AdamWOptions& options) -> std::unique_ptr<Optimizer> {
     return std::make_unique<ShardedAdamW>(context, model, options);

@@ -51,10 +51,7 @@ class ShardedAdamW final : public Optimizer {
                   int64_t step) override;
   bool sharded() const override { return true; }
   void gather_weights() override;
-
-  // Bytes of moments this rank holds, and what one unsharded optimizer holds (every parameter's, whole).
-  int64_t state_bytes() const;
-  int64_t unsharded_state_bytes() const;
+  int64_t state_bytes() const override;  // this rank's slices only (no gather)
 
   struct Impl;  // slices, buffers and the update's plan (sharded_adamw.cpp)
 

@@ -163,9 +163,9 @@ void check_resumable(const Checkpoint& ck, const std::string& path, const std::s
                       "; raise --num-steps to continue training");
 }
 
+namespace {
 // Each parameter's moments, whole, handed to `use` one parameter at a time in the optimizer's order (a sharded
 // optimizer gathers them: one parameter's at a time, so that a checkpoint never holds all of them on the GPU).
-namespace {
 void for_each_moment(const Optimizer& optimizer,
                      const std::function<void(size_t, const torch::Tensor&, const torch::Tensor&)>& use) {
   for (size_t i = 0; i < optimizer.parameters().size(); ++i) {

@@ -8,7 +8,6 @@
 
 #include "apps/train/data_parallel_step.h"
 #include "apps/train/evaluation_report.h"
-#include "apps/train/sharded_adamw.h"
 #include "apps/train/run_result.h"
 #include "apps/train/system_info.h"
 #include "apps/train/data.h"
@@ -234,28 +233,14 @@ nlohmann::json distributed_report(DistributedContext& context, Trainer& trainer,
   if (!runner) throw std::runtime_error("distributed_report: the trainer's steps do not run data parallel");
   constexpr int kAllreduceRepeats = 20;
   const double allreduce_ms = context.time_allreduce_ms(runner->gradient_bytes(), kAllreduceRepeats);
-  // The weights the forward reads (the compute copies where the model has them), as the steps left them, then the
-  // masters, which a sharded optimizer gathers first (in bf16 runs they are current only in each rank's slices).
-  std::vector<torch::Tensor> read_by_forward;
-  for (const auto& p : trainer.model()->parameters()) {
-    torch::Tensor read = p;
-    for (const auto& c : trainer.model()->compute_copies())
-      if (c.master.is_same(p)) read = c.copy;
-    read_by_forward.push_back(read);
-  }
-  double weight_spread = context.max_difference_across_ranks(read_by_forward);
-  trainer.optimizer().gather_weights();
+  // The weights the forward reads (the gradient leaves: the compute copies where the model has them), as the steps
+  // left them, then the masters, which a sharded optimizer gathers first (in bf16 runs they are current only in
+  // each rank's slices).
+  double weight_spread = context.max_difference_across_ranks(runner->leaves());
+  Optimizer& optimizer = trainer.optimizer();
+  optimizer.gather_weights();
   weight_spread = std::max(weight_spread, context.max_difference_across_ranks(trainer.model()->parameters()));
-  const Optimizer& optimizer = trainer.optimizer();
-  const auto* sharded = dynamic_cast<const ShardedAdamW*>(&optimizer);
-  int64_t state_bytes = 0;
-  if (sharded) {
-    state_bytes = sharded->state_bytes();
-  } else {
-    for (size_t i = 0; i < optimizer.parameters().size(); ++i)
-      for (const auto& moment : {optimizer.exp_avg(i), optimizer.exp_avg_sq(i)})
-        if (moment.defined()) state_bytes += moment.numel() * static_cast<int64_t>(moment.element_size());
-  }
+  const bool sharded = optimizer.sharded();
   double gradient_bytes = 0;
   for (const auto& [dtype, bytes] : runner->gradient_bytes()) gradient_bytes += static_cast<double>(bytes);
   const auto& summary = result.at("summary");
@@ -283,8 +268,8 @@ nlohmann::json distributed_report(DistributedContext& context, Trainer& trainer,
       std::string(sharded ? ". A sharded run does no such all-reduce: it reduce-scatters the same bytes and "
                             "all-gathers the weights, so this is a reference for its communication, not a part of it"
                           : "");
-  out["optimizer_sharded"] = sharded != nullptr;
-  out["optimizer_state_mb_per_gpu"] = static_cast<double>(state_bytes) / (1 << 20);
+  out["optimizer_sharded"] = sharded;
+  out["optimizer_state_mb_per_gpu"] = static_cast<double>(optimizer.state_bytes()) / (1 << 20);
   out["optimizer_state_what"] =
       sharded ? "this rank's slices of AdamW's moments m and v (ZeRO-1; every rank holds one slice of each parameter); "
                 "the fp32 master weights keep their whole memory on every rank (in bf16 runs only this rank's slices "
