@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # On a machine with a GPU: build, then any of these parts (all by default, in this order):
 #   tests      the whole test suite (the `gpu` label included)
-#   sanitizer  every kernel test under compute-sanitizer memcheck and racecheck (NVIDIA only)
+#   sanitizer  our kernels under compute-sanitizer memcheck, racecheck, synccheck and initcheck, each tool first
+#              proven on a planted bug; a verdict per tool and suite in sanitizer_verdicts.txt (NVIDIA only)
 #   stages     every stage side by side with --profile: workshop fp32 and bf16, medium bf16, long-context bf16
 #   bench      the kernel benchmark
 #   peer       the Python peer (torch.compile with CUDA graphs) on the same configs, when PEER points to
 #              clean_llama.py: one JSON line per run in peer.jsonl
 # Logs and results go to ${VALIDATE_DIR:-results/validate_<UTC time>}. Exit status 1 when a part failed.
 # Environment: TT_BUILD_DIR, VALIDATE_DIR, PEER, STAGE_CONFIGS (default "workshop:fp32 workshop:bf16
-# medium:bf16 long-context:bf16"), SANITIZER_TIMEOUT (seconds per sanitizer suite, default 600).
+# medium:bf16 long-context:bf16"), SANITIZER_TIMEOUT (seconds per sanitizer run, default 300), SANITIZER_KERNELS
+# (compute-sanitizer's --kernel-name filter, default kns=2tt7kernels: our kernels only).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TT_BUILD_DIR:-$root/build}
@@ -28,25 +30,63 @@ if wants tests; then
 fi
 
 if wants sanitizer; then
-  if command -v compute-sanitizer >/dev/null; then
-    # Every suite that launches our kernels directly, one at a time with its own time limit, so that a slow
-    # suite under racecheck (100x and more slower) still leaves the others' verdicts. TT_SANITIZER_SHAPES=1
-    # shortens the long-sequence attention cases from 4096 to 1040 positions: still the two-row-fragment path
-    # (>= 1024) with a masked tail, at a quarter of the tiles.
-    for tool in memcheck racecheck; do
-      for suite in OpsGpu AdamWGpu FlashAttentionGpu; do
-        say "compute-sanitizer --tool $tool on $suite.* (limit ${SANITIZER_TIMEOUT:-600} s)"
-        TT_SANITIZER_SHAPES=1 timeout "${SANITIZER_TIMEOUT:-600}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
-          "$build/tests/tt_gpu_tests" --gtest_filter="$suite.*" > "$out/sanitizer_${tool}_$suite.log" 2>&1 || {
-          rc=$?
-          [ "$rc" = 124 ] && say "$tool on $suite.*: cut off by the time limit, no verdict"
-          status=1
-        }
-        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$out/sanitizer_${tool}_$suite.log" | tail -n 2 >&2 || true
+  if command -v compute-sanitizer >/dev/null && [ -x "$build/tests/tt_sanitizer_controls" ]; then
+    # Four tools, each first on its positive control (tests/sanitizer_controls.cu: the one bug the tool exists to
+    # find, planted in a kernel of tt::kernels): a tool that misses it gives no verdict. Then every suite that
+    # launches our kernels; the attention suite is its one sanitizer-sized test, which launches every attention
+    # kernel once. memcheck, racecheck and synccheck instrument only kernels of tt::kernels: the references'
+    # cuBLAS, cuDNN and ATen kernels are not ours to judge, and instrumenting them is what kept racecheck from
+    # ever finishing. initcheck instruments every kernel, because memory written by a kernel it does not
+    # instrument looks uninitialised to it. Without LibTorch's caching allocator every tensor is its own
+    # allocation, so memcheck sees an access past a tensor's end and initcheck a read of memory nothing wrote.
+    # Each run has its own time limit (SANITIZER_TIMEOUT); sanitizer_verdicts.txt has one line per tool and run.
+    ours=${SANITIZER_KERNELS:-kns=2tt7kernels}  # the filter reads mangled names: _ZN2tt7kernels is tt::kernels
+    verdicts="$out/sanitizer_verdicts.txt"
+    printf '%-10s %-58s %-10s %s\n' tool run verdict seconds > "$verdicts"
+    # sanitize TOOL NAME LOG ARGS...: compute-sanitizer --tool TOOL ARGS (filter options, then the program),
+    # appends the verdict line, returns the exit status.
+    sanitize() {
+      local tool=$1 name=$2 log=$3; shift 3
+      local began=$SECONDS rc=0
+      PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool "$tool" \
+        --error-exitcode 9 "$@" > "$log" 2>&1 || rc=$?
+      local verdict
+      case $rc in
+        0) verdict=clean ;; 9) verdict=ERRORS ;; 124) verdict=cut-off ;; *) verdict="failed($rc)" ;;
+      esac
+      printf '%-10s %-58s %-10s %s\n' "$tool" "$name" "$verdict" $((SECONDS - began)) >> "$verdicts"
+      say "$tool on $name: $verdict in $((SECONDS - began)) s ($(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1))"
+      return $rc
+    }
+    for tool in memcheck racecheck synccheck initcheck; do
+      filter=(--kernel-name "$ours")
+      ops='OpsGpu.*'
+      case $tool in
+        # Two tools cannot judge a process in which a cuBLAS GEMM runs (H100, compute-sanitizer 2025.3.1):
+        # racecheck fails ("failed to handle a hardware exception") even when the GEMM is not instrumented, and
+        # initcheck reports the GEMM's output as uninitialised to the next kernel that reads it. Two op tests need
+        # a GEMM and are left to memcheck and synccheck: the naive SwiGLU kernels use no shared memory (nothing for
+        # racecheck) and linear_cross_entropy runs the cross-entropy kernels the other tests run. The attention
+        # test computes its references on the CPU.
+        racecheck) ops='OpsGpu.*:-OpsGpu.NaiveSwiglu*:OpsGpu.LinearCrossEntropy*' ;;
+        initcheck) ops='OpsGpu.*:-OpsGpu.NaiveSwiglu*:OpsGpu.LinearCrossEntropy*'; filter=() ;;
+      esac
+      rc=0
+      sanitize "$tool" "control (planted bug)" "$out/sanitizer_${tool}_control.log" "${filter[@]}" \
+        "$build/tests/tt_sanitizer_controls" "$tool" || rc=$?
+      if [ "$rc" != 9 ]; then
+        say "$tool did not report the planted bug (exit status $rc): no verdict from $tool"
+        status=1
+        continue
+      fi
+      for suite in "$ops" 'AdamWGpu.*' 'FlashAttentionGpu.EveryKernelOnceAtSanitizerSize'; do
+        sanitize "$tool" "$suite" "$out/sanitizer_${tool}_${suite%%.*}.log" "${filter[@]}" \
+          "$build/tests/tt_gpu_tests" --gtest_filter="$suite" || status=1
       done
     done
+    cat "$verdicts" >&2
   else
-    say "compute-sanitizer not found: sanitizer runs skipped"
+    say "compute-sanitizer or tests/tt_sanitizer_controls not found (NVIDIA builds only): sanitizer runs skipped"
   fi
 fi
 

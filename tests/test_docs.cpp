@@ -174,6 +174,7 @@ TEST(Docs, EveryFlagNamedIsAnOptionOfOursOrAListedTools) {
       {"rocprof-compute", {"--roof-only", "--path", "--name"}},
       {"srun, sbatch", {"--nodes", "--ntasks-per-node", "--gpus-per-node", "--signal"}},
       {"pip", {"--index-url"}},
+      {"compute-sanitizer", {"--kernel-name"}},
   };
   for (const auto& [tool, flags] : tools) known.insert(flags.begin(), flags.end());
   for (const auto& file : doc_files()) {

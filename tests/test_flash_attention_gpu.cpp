@@ -85,9 +85,11 @@ torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k
   return tt::reference::masked_attention(q, k, v);
 }
 
-// Output and the gradients of q, k and v against the reference at the same precision and in fp64.
+// Output and the gradients of q, k and v against the reference at the same precision and in fp64, both computed
+// on `reference_device` (the GPU unless a test says otherwise) and compared on the GPU.
 void check_attention(const Inputs& in, torch::ScalarType dtype, const std::string& label,
-                     const Attention& ours = ours_default, const Attention& reference = reference_attention) {
+                     const Attention& ours = ours_default, const Attention& reference = reference_attention,
+                     torch::Device reference_device = torch::kCUDA) {
   const std::string what = "flash_attention " + label + " q " + shape_name(in.q.sizes()) + " k/v " +
                            shape_name(in.k.sizes());
   auto grad_out = torch::randn(in.q.sizes(), gpu()).to(dtype);
@@ -99,24 +101,27 @@ void check_attention(const Inputs& in, torch::ScalarType dtype, const std::strin
   EXPECT_EQ(out.scalar_type(), dtype) << what << ": output must keep the input dtype";
   auto grads = grads_of({out}, {q, k, v}, {grad_out});
 
-  auto q_same = leaf(in.q);
-  auto k_same = leaf(in.k);
-  auto v_same = leaf(in.v);
-  auto out_same = reference(q_same, k_same, v_same);
-  auto grads_same = grads_of({out_same}, {q_same, k_same, v_same}, {grad_out});
+  // The reference's results, moved back to the GPU to be compared with ours.
+  auto reference_on = [&](torch::ScalarType type) {
+    auto q_ref = leaf(in.q.to(reference_device, type));
+    auto k_ref = leaf(in.k.to(reference_device, type));
+    auto v_ref = leaf(in.v.to(reference_device, type));
+    auto out_ref = reference(q_ref, k_ref, v_ref);
+    auto grads_ref = grads_of({out_ref}, {q_ref, k_ref, v_ref}, {grad_out.to(reference_device, type)});
+    std::vector<torch::Tensor> results = {out_ref.detach().to(torch::kCUDA)};
+    for (const auto& g : grads_ref) results.push_back(g.to(torch::kCUDA));
+    return std::make_pair(results, std::vector<torch::Tensor>{q_ref, k_ref, v_ref});
+  };
+  const auto [same, inputs_same] = reference_on(dtype);
+  const auto [fp64, inputs64] = reference_on(torch::kFloat64);
 
-  auto q64 = leaf(in.q.to(torch::kFloat64));
-  auto k64 = leaf(in.k.to(torch::kFloat64));
-  auto v64 = leaf(in.v.to(torch::kFloat64));
-  auto out64 = reference(q64, k64, v64);
-  auto grads64 = grads_of({out64}, {q64, k64, v64}, {grad_out.to(torch::kFloat64)});
-
-  expect_matches_reference(out, out_same, out64, dtype, 1e-5, what + " output");
-  const auto [grad_q_scale, grad_k_scale] = cancellation_scales(q64.detach(), k64.detach(), v64.detach(),
-                                                                 grad_out.to(torch::kFloat64));
-  expect_matches_reference(grads[0], grads_same[0], grads64[0], dtype, 1e-4, what + " grad q", grad_q_scale);
-  expect_matches_reference(grads[1], grads_same[1], grads64[1], dtype, 1e-4, what + " grad k", grad_k_scale);
-  expect_matches_reference(grads[2], grads_same[2], grads64[2], dtype, 1e-4, what + " grad v");
+  expect_matches_reference(out, same[0], fp64[0], dtype, 1e-5, what + " output");
+  const auto [grad_q_scale, grad_k_scale] =
+      cancellation_scales(inputs64[0].detach(), inputs64[1].detach(), inputs64[2].detach(),
+                          grad_out.to(reference_device, torch::kFloat64));
+  expect_matches_reference(grads[0], same[1], fp64[1], dtype, 1e-4, what + " grad q", grad_q_scale);
+  expect_matches_reference(grads[1], same[2], fp64[2], dtype, 1e-4, what + " grad k", grad_k_scale);
+  expect_matches_reference(grads[2], same[3], fp64[3], dtype, 1e-4, what + " grad v");
 }
 
 // Sequence lengths around the tiles (16-row fragments, 32-, 64- and 128-row blocks): one row, a partial
@@ -139,17 +144,13 @@ TEST(FlashAttentionGpu, MatchesReferenceOverShapesHeadsAndDtypes) {
 }
 
 // Many tiles per block: the online softmax's rescaling and the backward's loops over tiles and heads.
-// Under compute-sanitizer (scripts/gpu_validate.sh sets TT_SANITIZER_SHAPES=1) 4096 positions become 1040:
-// the same two-row-fragment path (>= 1024 positions) and a masked tail, at a quarter of the tiles.
 TEST(FlashAttentionGpu, MatchesReferenceOnLongSequences) {
   TT_REQUIRE_GPU();
   torch::manual_seed(1);
-  const char* sanitizer = std::getenv("TT_SANITIZER_SHAPES");
-  const int64_t longest = sanitizer != nullptr && std::string(sanitizer) == "1" ? 1040 : 4096;
   const std::vector<std::pair<torch::ScalarType, Config>> cases = {
-      {torch::kBFloat16, {1, 8, 4, longest, 64}}, {torch::kFloat16, {1, 8, 1, longest, 128}},
-      {torch::kBFloat16, {1, 16, 2, longest, 128}}, {torch::kFloat16, {3, 8, 2, 1000, 64}},
-      {torch::kFloat32, {1, 8, 2, longest, 32}},  {torch::kFloat32, {1, 8, 8, 1000, 64}},
+      {torch::kBFloat16, {1, 8, 4, 4096, 64}}, {torch::kFloat16, {1, 8, 1, 4096, 128}},
+      {torch::kBFloat16, {1, 16, 2, 4096, 128}}, {torch::kFloat16, {3, 8, 2, 1000, 64}},
+      {torch::kFloat32, {1, 8, 2, 4096, 32}},  {torch::kFloat32, {1, 8, 8, 1000, 64}},
       {torch::kFloat32, {1, 8, 2, 1000, 128}}, {torch::kBFloat16, {3, 32, 16, 1000, 128}},
       {torch::kFloat16, {3, 8, 8, 1000, 32}},  {torch::kBFloat16, {1, 8, 1, 1000, 32}}};
   for (const auto& [dtype, config] : cases) check_attention(random_inputs(config, dtype), dtype, "long");
@@ -210,6 +211,29 @@ TEST(FlashAttentionGpu, IsBitwiseDeterministic) {
   }
 }
 
+// q, k and v as the model passes them: [B, S, H, D] parts of a fused QKV projection, seen as [B, H, S, D].
+Inputs fused_qkv_views(const Config& c, torch::ScalarType dtype) {
+  auto qkv = torch::randn({c.batch, c.seq, c.q_heads + 2 * c.kv_heads, c.head_dim}, gpu()).to(dtype);
+  auto parts = qkv.split({c.q_heads, c.kv_heads, c.kv_heads}, 2);
+  return {parts[0].transpose(1, 2), parts[1].transpose(1, 2), parts[2].transpose(1, 2)};
+}
+
+// flash_attention_rope, and its reference: rope (the reference's) then the reference attention.
+Attention rope_in_the_load(const torch::Tensor& cos, const torch::Tensor& sin) {
+  return [cos, sin](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return tt::ops::flash_attention_rope(q, k, v, cos, sin);
+  };
+}
+Attention rope_then_attention(const torch::Tensor& cos, const torch::Tensor& sin) {
+  return [cos, sin](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    auto c_rows = cos.narrow(0, 0, q.size(2));
+    auto s_rows = sin.narrow(0, 0, q.size(2));
+    auto q_rotated = tt::reference::apply_rope(q.transpose(1, 2), c_rows, s_rows).transpose(1, 2);
+    auto k_rotated = tt::reference::apply_rope(k.transpose(1, 2), c_rows, s_rows).transpose(1, 2);
+    return tt::reference::masked_attention(q_rotated, k_rotated, v);
+  };
+}
+
 // RoPE in the load: flash_attention_rope(q, k, v) against rope then attention, computed by the reference. The
 // register kernels rotate tiles as they load them and rotate dQ and dK back; fp32 takes tt::ops::rope then the
 // shared-memory kernels. q and k are views of a fused QKV projection, as v4 passes them.
@@ -221,21 +245,8 @@ TEST(FlashAttentionGpu, RopeInTheLoadMatchesRopeThenAttention) {
   for (const auto dtype : kDtypes) {
     for (const auto& c : configs) {
       auto [cos, sin] = tt::reference::rope_tables(c.seq + 5, c.head_dim, 10000.0, 0, gpu().device());
-      auto qkv = torch::randn({c.batch, c.seq, c.q_heads + 2 * c.kv_heads, c.head_dim}, gpu()).to(dtype);
-      auto parts = qkv.split({c.q_heads, c.kv_heads, c.kv_heads}, 2);
-      Inputs in{parts[0].transpose(1, 2), parts[1].transpose(1, 2), parts[2].transpose(1, 2)};
-      const Attention ours = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-        return tt::ops::flash_attention_rope(q, k, v, cos, sin);
-      };
-      const Attention rope_then_attention = [&](const torch::Tensor& q, const torch::Tensor& k,
-                                                const torch::Tensor& v) {
-        auto c_rows = cos.narrow(0, 0, q.size(2));
-        auto s_rows = sin.narrow(0, 0, q.size(2));
-        auto q_rotated = tt::reference::apply_rope(q.transpose(1, 2), c_rows, s_rows).transpose(1, 2);
-        auto k_rotated = tt::reference::apply_rope(k.transpose(1, 2), c_rows, s_rows).transpose(1, 2);
-        return tt::reference::masked_attention(q_rotated, k_rotated, v);
-      };
-      check_attention(in, dtype, "rope in the load", ours, rope_then_attention);
+      check_attention(fused_qkv_views(c, dtype), dtype, "rope in the load", rope_in_the_load(cos, sin),
+                      rope_then_attention(cos, sin));
     }
   }
 }
@@ -277,6 +288,47 @@ TEST(FlashAttentionGpu, SharedMemoryTilesStillMatchTheReference) {
   for (const auto dtype : kDtypes)
     for (const Config& c : {Config{3, 8, 2, 129, 64}, Config{1, 8, 4, 300, 128}})
       check_attention(random_inputs(c, dtype), dtype, "shared-memory tiles", tiled);
+}
+
+// Every kernel the two generations instantiate, once each, at sizes compute-sanitizer gets through in minutes:
+// scripts/gpu_validate.sh runs this test, and only this one of the attention suite, under memcheck, racecheck,
+// synccheck and initcheck. The loops are the launchers' template axes (kernels/flash_attention.cu dispatch(),
+// register_forward_for; flash_attention_tiled.cu): generation, dtype, head_dim, RoPE in the load (register tiles
+// only) and, for the register forward, the row layout (one 16-row fragment per warp below 1024 positions, two
+// from 1024). Every length leaves a masked tail (100 and 1040 are multiples of no block: 32, 64 or 128 rows),
+// every case has grouped-query heads (4:1 and 2:1) and a second batch entry; the fused-QKV views
+// ([B, S, H, D] strides, as the model passes them) alternate with contiguous [B, H, S, D] inputs.
+// The references run on the CPU: under racecheck the vendor GEMMs of a GPU reference crash the tool (H100,
+// compute-sanitizer 2025.3.1: "failed to handle a hardware exception"), even uninstrumented.
+TEST(FlashAttentionGpu, EveryKernelOnceAtSanitizerSize) {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(7);
+  const Config one_fragment{2, 4, 1, 100, 0};  // head_dim set below
+  const Config two_fragments{2, 2, 1, 1040, 0};
+  int cases = 0;
+  auto run = [&](Config c, int64_t head_dim, torch::ScalarType dtype, bool rope, const Attention& plain,
+                 const std::string& label) {
+    c.head_dim = head_dim;
+    const bool views = cases++ % 2 == 0;
+    const Inputs in = views ? fused_qkv_views(c, dtype) : random_inputs(c, dtype);
+    const std::string what = label + (views ? ", fused-QKV views" : ", contiguous") + ", head_dim " +
+                             std::to_string(head_dim) + ", seq " + std::to_string(c.seq);
+    if (!rope) return check_attention(in, dtype, what, plain, reference_attention, torch::kCPU);
+    auto [cos, sin] = tt::reference::rope_tables(c.seq, head_dim, 10000.0, 0, gpu().device());
+    check_attention(in, dtype, what + ", rope in the load", rope_in_the_load(cos, sin),
+                    rope_then_attention(cos.cpu(), sin.cpu()), torch::kCPU);
+  };
+  const Attention tiled = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return tt::ops::flash_attention(q, k, v, tt::ops::FlashAttentionKernel::kSharedMemoryTiles);
+  };
+  for (const int64_t head_dim : {16, 32, 64, 128}) {
+    // Register tiles (bf16, fp16; the default where they exist, else these run the shared-memory tiles again).
+    for (const auto dtype : {torch::kBFloat16, torch::kFloat16})
+      for (const bool rope : {false, true})
+        for (const Config& c : {one_fragment, two_fragments}) run(c, head_dim, dtype, rope, ours_default, "default");
+    // Shared-memory tiles: every dtype, no RoPE in the load, one row layout.
+    for (const auto dtype : kDtypes) run(one_fragment, head_dim, dtype, false, tiled, "shared-memory tiles");
+  }
 }
 
 TEST(FlashAttentionGpu, EmptyBatch) {
