@@ -323,6 +323,32 @@ struct BackwardQShape {
   static constexpr int kBytes = kStage + 2 * kStageBytes;
 };
 
+// delta = rowsum(dO * O) of the warp's 16 rows starting at warp_q0, two lanes per row (each sums half the head
+// dim, then the pair adds): returns the row's delta to both lanes of its pair and writes it to p.delta[stats + row].
+template <typename T, int kD>
+__device__ inline float warp_rows_delta(const FlashBackwardParams& p, int64_t batch, int64_t head, int warp_q0,
+                                        int64_t stats) {
+  const int seq = static_cast<int>(p.seq);
+  const int query = warp_q0 + lane() / 2;
+  const int col0 = lane() % 2 * (kD / 2);
+  float sum = 0.0f;
+  if (query < seq) {
+    const T* out = head_ptr<T>(p.out, p.out_strides, batch, head) + static_cast<int64_t>(query) * p.out_strides.seq;
+    const T* grad = head_ptr<T>(p.grad_out, p.grad_out_strides, batch, head) +
+                    static_cast<int64_t>(query) * p.grad_out_strides.seq;
+#pragma unroll
+    for (int col = col0; col < col0 + kD / 2; col += 8) {
+      const Pack<T, 8> o = load_pack<8>(out + col);
+      const Pack<T, 8> g = load_pack<8>(grad + col);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sum += to_float(o.values[i]) * to_float(g.values[i]);
+    }
+  }
+  const float delta = sum + shfl_xor(sum, 1);
+  if (lane() % 2 == 0 && query < seq) p.delta[stats + query] = delta;
+  return delta;
+}
+
 template <typename T, int kD, bool kRope>
 __global__ void __launch_bounds__(BackwardQShape<kD>::kThreads) flash_backward_q_kernel(FlashBackwardParams p) {
   using Shape = BackwardQShape<kD>;
@@ -358,29 +384,10 @@ __global__ void __launch_bounds__(BackwardQShape<kD>::kThreads) flash_backward_q
   prefetch(0);
   cp_async_commit();
 
-  // delta = rowsum(dO * O) of the warp's 16 rows, two lanes per row, while the tiles are in flight; written
-  // out for the dK/dV kernel, which runs after this one (no pre-pass kernel of its own).
+  // delta while the tiles are in flight; written out for the dK/dV kernel, which runs after this one (no
+  // pre-pass kernel of its own).
   const int64_t stats = (batch * p.q_heads + head) * p.seq;
-  float delta;
-  {
-    const int query = warp_q0 + lane() / 2;
-    const int col0 = lane() % 2 * (kD / 2);
-    float sum = 0.0f;
-    if (query < seq) {
-      const T* out = head_ptr<T>(p.out, p.out_strides, batch, head) + static_cast<int64_t>(query) * p.out_strides.seq;
-      const T* grad = head_ptr<T>(p.grad_out, p.grad_out_strides, batch, head) +
-                      static_cast<int64_t>(query) * p.grad_out_strides.seq;
-#pragma unroll
-      for (int col = col0; col < col0 + kD / 2; col += 8) {
-        const Pack<T, 8> o = load_pack<8>(out + col);
-        const Pack<T, 8> g = load_pack<8>(grad + col);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) sum += to_float(o.values[i]) * to_float(g.values[i]);
-      }
-    }
-    delta = sum + shfl_xor(sum, 1);
-    if (lane() % 2 == 0 && query < seq) p.delta[stats + query] = delta;
-  }
+  const float delta = warp_rows_delta<T, kD>(p, batch, head, warp_q0, stats);
 
   // This lane's two rows' statistics (rows past seq read as 0 and are masked below).
   float row_lse[2];

@@ -127,25 +127,36 @@ __device__ __forceinline__ void load_b(uint32_t (&b)[4], const T* tile, int k0, 
   ldmatrix_x4_trans(b, shared_address(tile + (k0 + lane() / 8 % 2 * 8 + lane() % 8) * kPitch<kD> + n0 + lane() / 16 * 8));
 }
 
-// acc [16 x kN] += A [16 x kK] B^T, with A's fragments in registers and B^T [kN x kK] rows b_row0.. of a
-// shared tile.
-template <typename T, int kD, int kK, int kN>
-__device__ __forceinline__ void mma_abt(float (&acc)[kN / 8][4], const uint32_t (&a)[kK / 16][4], const T* b_tile,
-                                        int b_row0) {
+// One 16-column step k of acc[m] [16 x kN] += A_m B^T for kM row fragments: A_m's fragment of columns 16k..16k+15
+// is a[m]; B^T [kN x kK] comes from rows b_row0.. of a shared tile, each B fragment loaded once for all kM.
+template <typename T, int kD, int kN, int kM>
+__device__ __forceinline__ void mma_abt_step(float (&acc)[kM][kN / 8][4], const uint32_t (&a)[kM][4],
+                                             const T* b_tile, int b_row0, int k) {
 #pragma unroll
-  for (int k = 0; k < kK / 16; ++k) {
+  for (int n = 0; n < kN / 16; ++n) {
+    uint32_t b[4];
+    load_b_transposed<kD>(b, b_tile, b_row0 + 16 * n, 16 * k);
 #pragma unroll
-    for (int n = 0; n < kN / 16; ++n) {
-      uint32_t b[4];
-      load_b_transposed<kD>(b, b_tile, b_row0 + 16 * n, 16 * k);
-      mma_16x8x16<T>(acc[2 * n], a[k], b[0], b[1]);
-      mma_16x8x16<T>(acc[2 * n + 1], a[k], b[2], b[3]);
+    for (int m = 0; m < kM; ++m) {
+      mma_16x8x16<T>(acc[m][2 * n], a[m], b[0], b[1]);
+      mma_16x8x16<T>(acc[m][2 * n + 1], a[m], b[2], b[3]);
     }
   }
 }
 
-// acc[m] [16 x kN] += A_m [16 x kK] B^T for kM row fragments of a shared A tile (rows a_row0 + 16 m ..), B^T
-// [kN x kK] from rows b_row0.. of a shared tile: each B fragment, loaded once, serves all kM row fragments.
+// acc [16 x kN] += A [16 x kK] B^T, with A's fragments in registers and B^T [kN x kK] rows b_row0.. of a
+// shared tile (the backward's form).
+template <typename T, int kD, int kK, int kN>
+__device__ __forceinline__ void mma_abt(float (&acc)[kN / 8][4], const uint32_t (&a)[kK / 16][4], const T* b_tile,
+                                        int b_row0) {
+#pragma unroll
+  for (int k = 0; k < kK / 16; ++k)
+    mma_abt_step<T, kD, kN, 1>(reinterpret_cast<float(&)[1][kN / 8][4]>(acc),
+                               reinterpret_cast<const uint32_t(&)[1][4]>(a[k]), b_tile, b_row0, k);
+}
+
+// acc[m] [16 x kN] += A_m [16 x kK] B^T for kM row fragments of a shared A tile (rows a_row0 + 16 m ..), each
+// step's A fragments loaded just before it (the forward's form: the A operand is not held in registers whole).
 template <typename T, int kD, int kK, int kN, int kM>
 __device__ __forceinline__ void mma_abt_rows(float (&acc)[kM][kN / 8][4], const T* a_tile, int a_row0,
                                              const T* b_tile, int b_row0) {
@@ -154,16 +165,7 @@ __device__ __forceinline__ void mma_abt_rows(float (&acc)[kM][kN / 8][4], const 
     uint32_t a[kM][4];
 #pragma unroll
     for (int m = 0; m < kM; ++m) load_a<kD>(a[m], a_tile, a_row0 + 16 * m, 16 * k);
-#pragma unroll
-    for (int n = 0; n < kN / 16; ++n) {
-      uint32_t b[4];
-      load_b_transposed<kD>(b, b_tile, b_row0 + 16 * n, 16 * k);
-#pragma unroll
-      for (int m = 0; m < kM; ++m) {
-        mma_16x8x16<T>(acc[m][2 * n], a[m], b[0], b[1]);
-        mma_16x8x16<T>(acc[m][2 * n + 1], a[m], b[2], b[3]);
-      }
-    }
+    mma_abt_step<T, kD, kN, kM>(acc, a, b_tile, b_row0, k);
   }
 }
 
