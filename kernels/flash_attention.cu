@@ -323,10 +323,11 @@ struct BackwardQShape {
   static constexpr int kBytes = kStage + 2 * kStageBytes;
 };
 
-// delta = rowsum(dO * O) of the warp's 16 rows starting at warp_q0, two lanes per row (each sums half the head
-// dim, then the pair adds): returns the row's delta to both lanes of its pair and writes it to p.delta[stats + row].
+// delta = rowsum(dO * O) of the warp's 16 queries starting at warp_q0, two lanes per query (each sums half the
+// head dim, then the pair adds): returns the query's delta to both lanes of its pair and writes it to
+// p.delta[stats + query].
 template <typename T, int kD>
-__device__ inline float warp_rows_delta(const FlashBackwardParams& p, int64_t batch, int64_t head, int warp_q0,
+__device__ __forceinline__ float warp_rows_delta(const FlashBackwardParams& p, int64_t batch, int64_t head, int warp_q0,
                                         int64_t stats) {
   const int seq = static_cast<int>(p.seq);
   const int query = warp_q0 + lane() / 2;

@@ -129,9 +129,10 @@ __device__ __forceinline__ void load_b(uint32_t (&b)[4], const T* tile, int k0, 
 
 // One 16-column step k of acc[m] [16 x kN] += A_m B^T for kM row fragments: A_m's fragment of columns 16k..16k+15
 // is a[m]; B^T [kN x kK] comes from rows b_row0.. of a shared tile, each B fragment loaded once for all kM.
+// acc and a point to kM consecutive fragments (one fragment: a pointer to it).
 template <typename T, int kD, int kN, int kM>
-__device__ __forceinline__ void mma_abt_step(float (&acc)[kM][kN / 8][4], const uint32_t (&a)[kM][4],
-                                             const T* b_tile, int b_row0, int k) {
+__device__ __forceinline__ void mma_abt_step(float (*acc)[kN / 8][4], const uint32_t (*a)[4], const T* b_tile,
+                                             int b_row0, int k) {
 #pragma unroll
   for (int n = 0; n < kN / 16; ++n) {
     uint32_t b[4];
@@ -151,8 +152,7 @@ __device__ __forceinline__ void mma_abt(float (&acc)[kN / 8][4], const uint32_t 
                                         int b_row0) {
 #pragma unroll
   for (int k = 0; k < kK / 16; ++k)
-    mma_abt_step<T, kD, kN, 1>(reinterpret_cast<float(&)[1][kN / 8][4]>(acc),
-                               reinterpret_cast<const uint32_t(&)[1][4]>(a[k]), b_tile, b_row0, k);
+    mma_abt_step<T, kD, kN, 1>(&acc, &a[k], b_tile, b_row0, k);
 }
 
 // acc[m] [16 x kN] += A_m [16 x kK] B^T for kM row fragments of a shared A tile (rows a_row0 + 16 m ..), each
@@ -171,8 +171,9 @@ __device__ __forceinline__ void mma_abt_rows(float (&acc)[kM][kN / 8][4], const 
 
 // acc[m] [16 x kD] += A_m [16 x kK] B for kM row fragments whose A operands are in registers, B [kK x kD] from
 // rows b_row0.. of a shared tile, each B fragment loaded once for all kM.
+// acc and a point to kM consecutive fragments (one fragment: a pointer to it).
 template <typename T, int kD, int kK, int kM>
-__device__ __forceinline__ void mma_ab_rows(float (&acc)[kM][kD / 8][4], const uint32_t (&a)[kM][kK / 16][4],
+__device__ __forceinline__ void mma_ab_rows(float (*acc)[kD / 8][4], const uint32_t (*a)[kK / 16][4],
                                             const T* b_tile, int b_row0) {
 #pragma unroll
   for (int k = 0; k < kK / 16; ++k) {
@@ -193,8 +194,7 @@ __device__ __forceinline__ void mma_ab_rows(float (&acc)[kM][kD / 8][4], const u
 template <typename T, int kD, int kK>
 __device__ __forceinline__ void mma_ab(float (&acc)[kD / 8][4], const uint32_t (&a)[kK / 16][4], const T* b_tile,
                                        int b_row0) {
-  mma_ab_rows<T, kD, kK, 1>(reinterpret_cast<float(&)[1][kD / 8][4]>(acc),
-                            reinterpret_cast<const uint32_t(&)[1][kK / 16][4]>(a), b_tile, b_row0);
+  mma_ab_rows<T, kD, kK, 1>(&acc, &a, b_tile, b_row0);
 }
 
 // The A fragments of rows row0..row0+15, all kK columns, of a shared tile.

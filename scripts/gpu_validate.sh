@@ -9,8 +9,9 @@
 #              clean_llama.py: one JSON line per run in peer.jsonl
 # Logs and results go to ${VALIDATE_DIR:-results/validate_<UTC time>}. Exit status 1 when a part failed.
 # Environment: TT_BUILD_DIR, VALIDATE_DIR, PEER, STAGE_CONFIGS (default "workshop:fp32 workshop:bf16
-# medium:bf16 long-context:bf16"), SANITIZER_TIMEOUT (seconds per sanitizer run, default 300), SANITIZER_KERNELS
-# (compute-sanitizer's --kernel-name filter, default kns=2tt7kernels: our kernels only).
+# medium:bf16 long-context:bf16"), SANITIZER_TIMEOUT (seconds per sanitizer run, default 300), SANITIZER_BUDGET
+# (seconds for all of them, default 600), SANITIZER_KERNELS (compute-sanitizer's --kernel-name filter, default
+# kns=2tt7kernels: our kernels only).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TT_BUILD_DIR:-$root/build}
@@ -30,31 +31,45 @@ if wants tests; then
 fi
 
 if wants sanitizer; then
-  if command -v compute-sanitizer >/dev/null && [ -x "$build/tests/tt_sanitizer_controls" ]; then
+  if ! command -v compute-sanitizer >/dev/null; then
+    say "compute-sanitizer not found (NVIDIA only): sanitizer runs skipped"
+  elif [ ! -x "$build/tests/tt_sanitizer_controls" ]; then
+    say "$build/tests/tt_sanitizer_controls is missing (built with the CUDA backend only): no sanitizer verdicts"
+    status=1
+  else
     # Four tools, each first on its positive control (tests/sanitizer_controls.cu: the one bug the tool exists to
-    # find, planted in a kernel of tt::kernels): a tool that misses it gives no verdict. Then every suite that
-    # launches our kernels; the attention suite is its one sanitizer-sized test, which launches every attention
-    # kernel once. memcheck, racecheck and synccheck instrument only kernels of tt::kernels: the references'
-    # cuBLAS, cuDNN and ATen kernels are not ours to judge, and instrumenting them is what kept racecheck from
-    # ever finishing. initcheck instruments every kernel, because memory written by a kernel it does not
+    # find, planted in a kernel of tt::kernels): a tool that does not report it gives no verdict. Then every suite
+    # that launches our kernels; the attention suite is its one sanitizer-sized test, which launches every
+    # attention kernel once. memcheck, racecheck and synccheck instrument only kernels of tt::kernels: the
+    # references' cuBLAS and ATen kernels are not ours to judge, and instrumenting them is what kept racecheck
+    # from ever finishing. initcheck instruments every kernel, because memory written by a kernel it does not
     # instrument looks uninitialised to it. Without LibTorch's caching allocator every tensor is its own
     # allocation, so memcheck sees an access past a tensor's end and initcheck a read of memory nothing wrote.
-    # Each run has its own time limit (SANITIZER_TIMEOUT); sanitizer_verdicts.txt has one line per tool and run.
+    # Each run has a time limit (SANITIZER_TIMEOUT) and all of them a budget (SANITIZER_BUDGET); runs left when
+    # it is spent are not started. sanitizer_verdicts.txt has one line per tool and run.
     ours=${SANITIZER_KERNELS:-kns=2tt7kernels}  # the filter reads mangled names: _ZN2tt7kernels is tt::kernels
+    deadline=$((SECONDS + ${SANITIZER_BUDGET:-600}))
     verdicts="$out/sanitizer_verdicts.txt"
-    printf '%-10s %-58s %-10s %s\n' tool run verdict seconds > "$verdicts"
+    printf '%-10s %-92s %-10s %s\n' tool run verdict seconds > "$verdicts"
+    verdict_line() { printf '%-10s %-92s %-10s %s\n' "$@" >> "$verdicts"; }
     # sanitize TOOL NAME LOG ARGS...: compute-sanitizer --tool TOOL ARGS (filter options, then the program),
-    # appends the verdict line, returns the exit status.
+    # appends the verdict line, returns the exit status (9: the tool reported errors).
     sanitize() {
       local tool=$1 name=$2 log=$3; shift 3
-      local began=$SECONDS rc=0
-      PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "${SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool "$tool" \
+      local began=$SECONDS rc=0 limit=$((deadline - SECONDS))
+      [ "$limit" -gt "${SANITIZER_TIMEOUT:-300}" ] && limit=${SANITIZER_TIMEOUT:-300}
+      if [ "$limit" -le 0 ]; then
+        verdict_line "$tool" "$name" not-run 0
+        say "$tool on $name: not run, the sanitizer budget (SANITIZER_BUDGET) is spent"
+        return 124
+      fi
+      PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout -k 30 "$limit" compute-sanitizer --tool "$tool" \
         --error-exitcode 9 "$@" > "$log" 2>&1 || rc=$?
       local verdict
       case $rc in
-        0) verdict=clean ;; 9) verdict=ERRORS ;; 124) verdict=cut-off ;; *) verdict="failed($rc)" ;;
+        0) verdict=clean ;; 9) verdict=ERRORS ;; 124 | 137) verdict=cut-off ;; *) verdict="failed($rc)" ;;
       esac
-      printf '%-10s %-58s %-10s %s\n' "$tool" "$name" "$verdict" $((SECONDS - began)) >> "$verdicts"
+      verdict_line "$tool" "$name" "$verdict" $((SECONDS - began))
       say "$tool on $name: $verdict in $((SECONDS - began)) s ($(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1))"
       return $rc
     }
@@ -62,31 +77,37 @@ if wants sanitizer; then
       filter=(--kernel-name "$ours")
       ops='OpsGpu.*'
       case $tool in
+        memcheck) planted='Invalid __global__ write' ;;
+        synccheck) planted='Barrier error' ;;
         # Two tools cannot judge a process in which a cuBLAS GEMM runs (H100, compute-sanitizer 2025.3.1):
         # racecheck fails ("failed to handle a hardware exception") even when the GEMM is not instrumented, and
         # initcheck reports the GEMM's output as uninitialised to the next kernel that reads it. Two op tests need
-        # a GEMM and are left to memcheck and synccheck: the naive SwiGLU kernels use no shared memory (nothing for
-        # racecheck) and linear_cross_entropy runs the cross-entropy kernels the other tests run. The attention
-        # test computes its references on the CPU.
-        racecheck) ops='OpsGpu.*:-OpsGpu.NaiveSwiglu*:OpsGpu.LinearCrossEntropy*' ;;
-        initcheck) ops='OpsGpu.*:-OpsGpu.NaiveSwiglu*:OpsGpu.LinearCrossEntropy*'; filter=() ;;
+        # a GEMM and are left to memcheck and synccheck: the naive SwiGLU test against its reference (the naive
+        # kernels still run in the test after it) and linear_cross_entropy's (the cross-entropy kernels the other
+        # tests run). The attention test computes its references on the CPU.
+        racecheck) planted='Race reported'
+                   ops='OpsGpu.*:-OpsGpu.NaiveSwigluMatchesReferenceOverShapesAndDtypes:OpsGpu.LinearCrossEntropy*' ;;
+        initcheck) planted='Uninitialized __global__ memory read'
+                   ops='OpsGpu.*:-OpsGpu.NaiveSwigluMatchesReferenceOverShapesAndDtypes:OpsGpu.LinearCrossEntropy*'
+                   filter=() ;;
       esac
+      suites=("$ops" 'AdamWGpu.*' 'FlashAttentionGpu.EveryKernelOnceAtSanitizerSize')
+      control_log="$out/sanitizer_${tool}_control.log"
       rc=0
-      sanitize "$tool" "control (planted bug)" "$out/sanitizer_${tool}_control.log" "${filter[@]}" \
+      sanitize "$tool" "control (planted bug)" "$control_log" "${filter[@]}" \
         "$build/tests/tt_sanitizer_controls" "$tool" || rc=$?
-      if [ "$rc" != 9 ]; then
-        say "$tool did not report the planted bug (exit status $rc): no verdict from $tool"
+      if [ "$rc" != 9 ] || ! grep -q "$planted" "$control_log"; then
+        say "$tool did not report the planted bug ('$planted', exit status $rc): no verdict from $tool"
+        for suite in "${suites[@]}"; do verdict_line "$tool" "$suite" no-verdict 0; done
         status=1
         continue
       fi
-      for suite in "$ops" 'AdamWGpu.*' 'FlashAttentionGpu.EveryKernelOnceAtSanitizerSize'; do
+      for suite in "${suites[@]}"; do
         sanitize "$tool" "$suite" "$out/sanitizer_${tool}_${suite%%.*}.log" "${filter[@]}" \
           "$build/tests/tt_gpu_tests" --gtest_filter="$suite" || status=1
       done
     done
     cat "$verdicts" >&2
-  else
-    say "compute-sanitizer or tests/tt_sanitizer_controls not found (NVIDIA builds only): sanitizer runs skipped"
   fi
 fi
 

@@ -108,8 +108,8 @@ void check_attention(const Inputs& in, torch::ScalarType dtype, const std::strin
     auto v_ref = leaf(in.v.to(reference_device, type));
     auto out_ref = reference(q_ref, k_ref, v_ref);
     auto grads_ref = grads_of({out_ref}, {q_ref, k_ref, v_ref}, {grad_out.to(reference_device, type)});
-    std::vector<torch::Tensor> results = {out_ref.detach().to(torch::kCUDA)};
-    for (const auto& g : grads_ref) results.push_back(g.to(torch::kCUDA));
+    std::vector<torch::Tensor> results = {out_ref.detach().to(in.q.device())};
+    for (const auto& g : grads_ref) results.push_back(g.to(in.q.device()));
     return std::make_pair(results, std::vector<torch::Tensor>{q_ref, k_ref, v_ref});
   };
   const auto [same, inputs_same] = reference_on(dtype);
@@ -254,25 +254,27 @@ TEST(FlashAttentionGpu, RopeInTheLoadMatchesRopeThenAttention) {
 // The fused-QKV form v4 calls: flash_attention_rope_qkv(qkv) writes dq, dk, dv straight into one qkv
 // gradient; it must equal flash_attention_rope on split views (whose gradients autograd adds up), output and
 // gradient, bit for bit: the same kernels, and each element of the summed gradient has one nonzero term.
+void expect_fused_qkv_form_equals_split_views(const Config& c, torch::ScalarType dtype) {
+  auto [cos, sin] = tt::reference::rope_tables(c.seq + 5, c.head_dim, 10000.0, 0, gpu().device());
+  const auto data = torch::randn({c.batch, c.seq, c.q_heads + 2 * c.kv_heads, c.head_dim}, gpu()).to(dtype);
+  const auto grad_out = torch::randn({c.batch, c.q_heads, c.seq, c.head_dim}, gpu()).to(dtype);
+  auto fused = leaf(data.clone()), split = leaf(data.clone());
+  const auto a = tt::ops::flash_attention_rope_qkv(fused, c.q_heads, c.kv_heads, cos, sin);
+  const auto parts = split.split({c.q_heads, c.kv_heads, c.kv_heads}, 2);
+  const auto b = tt::ops::flash_attention_rope(parts[0].transpose(1, 2), parts[1].transpose(1, 2),
+                                               parts[2].transpose(1, 2), cos, sin);
+  const auto ga = grads_of({a}, {fused}, {grad_out})[0], gb = grads_of({b}, {split}, {grad_out})[0];
+  EXPECT_TRUE(torch::equal(a, b)) << dtype_name(dtype) << " seq " << c.seq << ": output";
+  EXPECT_TRUE(torch::equal(ga, gb)) << dtype_name(dtype) << " seq " << c.seq << ": gradient of qkv";
+}
+
 TEST(FlashAttentionGpu, FusedQkvFormEqualsSplitViewsBitwise) {
   TT_REQUIRE_GPU();
   torch::manual_seed(6);
-  for (const auto dtype : kDtypes) {
+  for (const auto dtype : kDtypes)
     for (const Config& c : {Config{1, 8, 2, 1, 64}, Config{3, 8, 8, 17, 64}, Config{2, 8, 4, 129, 128},
-                            Config{2, 16, 2, 300, 128}, Config{1, 4, 2, 33, 16}}) {
-      auto [cos, sin] = tt::reference::rope_tables(c.seq + 5, c.head_dim, 10000.0, 0, gpu().device());
-      const auto data = torch::randn({c.batch, c.seq, c.q_heads + 2 * c.kv_heads, c.head_dim}, gpu()).to(dtype);
-      const auto grad_out = torch::randn({c.batch, c.q_heads, c.seq, c.head_dim}, gpu()).to(dtype);
-      auto fused = leaf(data.clone()), split = leaf(data.clone());
-      const auto a = tt::ops::flash_attention_rope_qkv(fused, c.q_heads, c.kv_heads, cos, sin);
-      const auto parts = split.split({c.q_heads, c.kv_heads, c.kv_heads}, 2);
-      const auto b = tt::ops::flash_attention_rope(parts[0].transpose(1, 2), parts[1].transpose(1, 2),
-                                                   parts[2].transpose(1, 2), cos, sin);
-      const auto ga = grads_of({a}, {fused}, {grad_out})[0], gb = grads_of({b}, {split}, {grad_out})[0];
-      EXPECT_TRUE(torch::equal(a, b)) << dtype_name(dtype) << " seq " << c.seq << ": output";
-      EXPECT_TRUE(torch::equal(ga, gb)) << dtype_name(dtype) << " seq " << c.seq << ": gradient of qkv";
-    }
-  }
+                            Config{2, 16, 2, 300, 128}, Config{1, 4, 2, 33, 16}})
+      expect_fused_qkv_form_equals_split_views(c, dtype);
   expect_error([] { tt::ops::flash_attention_rope_qkv(torch::zeros({1, 4, 5, 64}), 2, 2, {}, {}); },
                "qkv must be [B, S, q_heads + 2 kv_heads, D] = [B, S, 6, D]");
 }
@@ -295,16 +297,18 @@ TEST(FlashAttentionGpu, SharedMemoryTilesStillMatchTheReference) {
 // synccheck and initcheck. The loops are the launchers' template axes (kernels/flash_attention.cu dispatch(),
 // register_forward_for; flash_attention_tiled.cu): generation, dtype, head_dim, RoPE in the load (register tiles
 // only) and, for the register forward, the row layout (one 16-row fragment per warp below 1024 positions, two
-// from 1024). Every length leaves a masked tail (100 and 1040 are multiples of no block: 32, 64 or 128 rows),
-// every case has grouped-query heads (4:1 and 2:1) and a second batch entry; the fused-QKV views
-// ([B, S, H, D] strides, as the model passes them) alternate with contiguous [B, H, S, D] inputs.
+// from 1024). Every length ends inside a 16-row fragment and inside every block (100 and 1060 leave 4 rows past a
+// multiple of 16 and 32, 36 past one of 64 and 128), every case has grouped-query heads (4:1 and 2:1) and a
+// second batch entry; the fused-QKV views ([B, S, H, D] strides, as the model passes them) alternate with
+// contiguous [B, H, S, D] inputs. Last, the fused-QKV form v4 calls (flash_attention_rope_qkv, whose backward
+// writes dq, dk and dv into one gradient tensor) against the split views, at both lengths.
 // The references run on the CPU: under racecheck the vendor GEMMs of a GPU reference crash the tool (H100,
 // compute-sanitizer 2025.3.1: "failed to handle a hardware exception"), even uninstrumented.
 TEST(FlashAttentionGpu, EveryKernelOnceAtSanitizerSize) {
   TT_REQUIRE_GPU();
   torch::manual_seed(7);
   const Config one_fragment{2, 4, 1, 100, 0};  // head_dim set below
-  const Config two_fragments{2, 2, 1, 1040, 0};
+  const Config two_fragments{2, 2, 1, 1060, 0};
   int cases = 0;
   auto run = [&](Config c, int64_t head_dim, torch::ScalarType dtype, bool rope, const Attention& plain,
                  const std::string& label) {
@@ -329,6 +333,11 @@ TEST(FlashAttentionGpu, EveryKernelOnceAtSanitizerSize) {
     // Shared-memory tiles: every dtype, no RoPE in the load, one row layout.
     for (const auto dtype : kDtypes) run(one_fragment, head_dim, dtype, false, tiled, "shared-memory tiles");
   }
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat16})
+    for (Config c : {one_fragment, two_fragments}) {
+      c.head_dim = 64;
+      expect_fused_qkv_form_equals_split_views(c, dtype);
+    }
 }
 
 TEST(FlashAttentionGpu, EmptyBatch) {
