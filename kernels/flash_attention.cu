@@ -327,8 +327,8 @@ struct BackwardQShape {
 // head dim, then the pair adds): returns the query's delta to both lanes of its pair and writes it to
 // p.delta[stats + query].
 template <typename T, int kD>
-__device__ __forceinline__ float warp_rows_delta(const FlashBackwardParams& p, int64_t batch, int64_t head, int warp_q0,
-                                        int64_t stats) {
+__device__ __forceinline__ float warp_rows_delta(const FlashBackwardParams& p, int64_t batch, int64_t head,
+                                                 int warp_q0, int64_t stats) {
   const int seq = static_cast<int>(p.seq);
   const int query = warp_q0 + lane() / 2;
   const int col0 = lane() % 2 * (kD / 2);

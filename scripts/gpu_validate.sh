@@ -41,8 +41,8 @@ if wants sanitizer; then
     # find, planted in a kernel of tt::kernels): a tool that does not report it gives no verdict. Then every suite
     # that launches our kernels; the attention suite is its one sanitizer-sized test, which launches every
     # attention kernel once. memcheck, racecheck and synccheck instrument only kernels of tt::kernels: the
-    # references' cuBLAS and ATen kernels are not ours to judge, and instrumenting them is what kept racecheck
-    # from ever finishing. initcheck instruments every kernel, because memory written by a kernel it does not
+    # references' cuBLAS and ATen kernels are not ours to judge, and instrumenting them costs most of the time.
+    # initcheck instruments every kernel, because memory written by a kernel it does not
     # instrument looks uninitialised to it. Without LibTorch's caching allocator every tensor is its own
     # allocation, so memcheck sees an access past a tensor's end and initcheck a read of memory nothing wrote.
     # Each run has a time limit (SANITIZER_TIMEOUT) and all of them a budget (SANITIZER_BUDGET); runs left when
@@ -50,8 +50,9 @@ if wants sanitizer; then
     ours=${SANITIZER_KERNELS:-kns=2tt7kernels}  # the filter reads mangled names: _ZN2tt7kernels is tt::kernels
     deadline=$((SECONDS + ${SANITIZER_BUDGET:-600}))
     verdicts="$out/sanitizer_verdicts.txt"
-    printf '%-10s %-92s %-10s %s\n' tool run verdict seconds > "$verdicts"
     verdict_line() { printf '%-10s %-92s %-10s %s\n' "$@" >> "$verdicts"; }
+    : > "$verdicts"
+    verdict_line tool run verdict seconds
     # sanitize TOOL NAME LOG ARGS...: compute-sanitizer --tool TOOL ARGS (filter options, then the program),
     # appends the verdict line, returns the exit status (9: the tool reported errors).
     sanitize() {
@@ -73,23 +74,21 @@ if wants sanitizer; then
       say "$tool on $name: $verdict in $((SECONDS - began)) s ($(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1))"
       return $rc
     }
+    # Two tools cannot judge a process in which a cuBLAS GEMM runs (H100, compute-sanitizer 2025.3.1): racecheck
+    # fails ("failed to handle a hardware exception") even when the GEMM is not instrumented, and initcheck reports
+    # the GEMM's output as uninitialised to the next kernel that reads it. Two op tests need a GEMM and are left to
+    # memcheck and synccheck: the naive SwiGLU test against its reference (the naive kernels still run in the test
+    # after it) and linear_cross_entropy's (the cross-entropy kernels the other tests run). The attention test
+    # computes its references on the CPU.
+    ops_without_gemm='OpsGpu.*:-OpsGpu.NaiveSwigluMatchesReferenceOverShapesAndDtypes:OpsGpu.LinearCrossEntropy*'
     for tool in memcheck racecheck synccheck initcheck; do
       filter=(--kernel-name "$ours")
       ops='OpsGpu.*'
       case $tool in
         memcheck) planted='Invalid __global__ write' ;;
         synccheck) planted='Barrier error' ;;
-        # Two tools cannot judge a process in which a cuBLAS GEMM runs (H100, compute-sanitizer 2025.3.1):
-        # racecheck fails ("failed to handle a hardware exception") even when the GEMM is not instrumented, and
-        # initcheck reports the GEMM's output as uninitialised to the next kernel that reads it. Two op tests need
-        # a GEMM and are left to memcheck and synccheck: the naive SwiGLU test against its reference (the naive
-        # kernels still run in the test after it) and linear_cross_entropy's (the cross-entropy kernels the other
-        # tests run). The attention test computes its references on the CPU.
-        racecheck) planted='Race reported'
-                   ops='OpsGpu.*:-OpsGpu.NaiveSwigluMatchesReferenceOverShapesAndDtypes:OpsGpu.LinearCrossEntropy*' ;;
-        initcheck) planted='Uninitialized __global__ memory read'
-                   ops='OpsGpu.*:-OpsGpu.NaiveSwigluMatchesReferenceOverShapesAndDtypes:OpsGpu.LinearCrossEntropy*'
-                   filter=() ;;
+        racecheck) planted='Race reported' ops=$ops_without_gemm ;;
+        initcheck) planted='Uninitialized __global__ memory read' ops=$ops_without_gemm filter=() ;;
       esac
       suites=("$ops" 'AdamWGpu.*' 'FlashAttentionGpu.EveryKernelOnceAtSanitizerSize')
       control_log="$out/sanitizer_${tool}_control.log"
