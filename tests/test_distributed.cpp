@@ -274,6 +274,7 @@ struct Trajectory {
   std::vector<torch::Tensor> copies;  // the compute copies after the last step (bf16 stages)
   Checkpoint checkpoint;    // after the last step (rank 0's, gathered, under data parallel)
   int64_t state_bytes = 0;  // the optimizer's moments on this rank
+  bool embedding_rows = false;  // the embedding's gradient travelled as rows (DataParallelStep)
 };
 
 // One optimizer step per batch of one process on the whole global batch of each step (after `resume`'s state).
@@ -296,6 +297,7 @@ struct InThreads {
   GradientSync sync = GradientSync::kLayers;
   bool shard = false;                  // ZeRO-1 (ShardedAdamW)
   const Checkpoint* resume = nullptr;  // every rank resumes from it
+  bool embedding_rows = true;          // DataParallelStep's embedding_rows
 };
 
 // The same on `world` ranks, each a thread with its own model, optimizer and DataParallelStep; rank r trains
@@ -305,6 +307,7 @@ std::vector<Trajectory> train_in_threads(const StageSpec& spec, const RunConfig&
   auto hub = std::make_shared<testing::ThreadedBackend::Hub>(world);
   std::vector<std::unique_ptr<DistributedContext>> contexts;
   std::vector<std::unique_ptr<Trainer>> trainers;
+  std::vector<bool> rows;
   int64_t first = 0;
   for (int r = 0; r < world; ++r) {  // built here, one after another: the runs start from the same weights
     DistributedEnv env;
@@ -316,11 +319,14 @@ std::vector<Trajectory> train_in_threads(const StageSpec& spec, const RunConfig&
     trainers.push_back(std::make_unique<Trainer>(spec, c, torch::kCPU,
                                                  how.shard ? sharded_adamw(*contexts.back()) : OptimizerMaker()));
     if (how.resume) first = trainers.back()->resume(*how.resume);
-    trainers.back()->use_runner(std::make_unique<DataParallelStep>(*contexts.back(), trainers.back()->model(),
-                                                                   trainers.back()->optimizer(),
-                                                                   c.training.grad_accum_steps, how.sync));
+    auto step = std::make_unique<DataParallelStep>(*contexts.back(), trainers.back()->model(),
+                                                   trainers.back()->optimizer(), c.training.grad_accum_steps,
+                                                   how.sync, /*capture_at=*/-1, how.embedding_rows);
+    rows.push_back(step->exchanges_embedding_rows());
+    trainers.back()->use_runner(std::move(step));
   }
   std::vector<Trajectory> out(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) out[r].embedding_rows = rows[r];
   std::vector<std::string> errors(static_cast<size_t>(world));
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
@@ -451,6 +457,40 @@ TEST(DataParallelCpu, ShardedOptimizerEqualsTheUnshardedOne) {
     }
 }
 
+// The embedding's gradient as rows (DataParallelStep, LayerSync): where only the lookup writes it (bf16 with a tied
+// head, which reads the bf16 copy; fp32 with an untied head), two ranks exchanging the rows their tokens touched
+// train exactly as two ranks averaging it densely, bitwise (each element is a / 2 + b / 2 either way): with the
+// all-reduce and with ZeRO-1, with accumulation (the rows of every micro-batch). Where the head also writes it
+// (fp32, tied) the gradient stays dense.
+TEST(DataParallelCpu, EmbeddingRowsEqualTheDenseAverage) {
+  const StageSpec spec = testing::eager_step(stages::v4_ultra());
+  struct Case {
+    Precision dtype;
+    bool tied;
+  };
+  for (const Case& k : {Case{Precision::kBf16, true}, Case{Precision::kFp32, false}, Case{Precision::kFp32, true}})
+    for (const bool shard : {false, true})
+      for (const int64_t accum : {1, 2}) {
+        SCOPED_TRACE(std::string(to_string(k.dtype)) + (k.tied ? " tied" : " untied") + (shard ? " ZeRO-1" : "") +
+                     " accumulation " + std::to_string(accum));
+        RunConfig c = testing::smoke_config();
+        c.training.dtype = k.dtype;
+        c.model.tie_embeddings = k.tied;
+        c.training.batch_size = 2;  // per rank
+        c.training.grad_accum_steps = accum;
+        const auto batches = global_batches(c, 2, 3, 500);
+        const auto dense = train_in_threads(spec, c, 2, batches, {GradientSync::kLayers, shard, nullptr, false});
+        const auto rows = train_in_threads(spec, c, 2, batches, {GradientSync::kLayers, shard, nullptr, true});
+        EXPECT_FALSE(dense[0].embedding_rows);
+        EXPECT_EQ(rows[0].embedding_rows, k.dtype == Precision::kBf16 || !k.tied);
+        EXPECT_EQ(rows[0].losses, dense[0].losses);
+        for (const auto& [name, w] : dense[0].weights) {
+          EXPECT_TRUE(torch::equal(rows[0].weights.at(name), w)) << name;
+          EXPECT_TRUE(torch::equal(rows[1].weights.at(name), rows[0].weights.at(name))) << name;
+        }
+      }
+}
+
 // A sharded run's checkpoint is the single-file format, whole, so runs resume across world sizes: one process
 // for 2 steps, then two ranks with ZeRO-1 for 2 more (the same global batch), then one process again, end where
 // one process training all 6 steps ends (within fp32 round-off: the averages sum in another order).
@@ -566,6 +606,10 @@ TEST(DataParallelPlan, GradientSyncAndStepKind) {
   EXPECT_EQ(parse_gradient_sync(to_string(GradientSync::kReducer)), GradientSync::kReducer);
   EXPECT_MENTIONS(testing::error_of<ConfigError>([] { parse_gradient_sync(""); }),
                   "--dp-sync '' is not allowed: must be reducer (c10d's Reducer, eager) or layers");
+  EXPECT_EQ(parse_embedding_grad_exchange("rows"), EmbeddingGradExchange::kRows);
+  EXPECT_EQ(parse_embedding_grad_exchange(to_string(EmbeddingGradExchange::kDense)), EmbeddingGradExchange::kDense);
+  EXPECT_MENTIONS(testing::error_of<ConfigError>([] { parse_embedding_grad_exchange("sparse"); }),
+                  "--dp-embedding-grad 'sparse' is not allowed: must be rows");
 }
 
 TEST(DataParallelCommandLine, RefusalsBeforeAnyWork) {
@@ -585,6 +629,11 @@ TEST(DataParallelCommandLine, RefusalsBeforeAnyWork) {
     EXPECT_MENTIONS(err, "--dp-sync applies to data-parallel runs");
   }
   {
+    auto [code, err] = testing::run_stage(stages::v4_ultra(), {"--device", "cpu", "--dp-embedding-grad", "dense"});
+    EXPECT_EQ(code, 2);
+    EXPECT_MENTIONS(err, "--dp-embedding-grad applies to data-parallel runs");
+  }
+  {
     auto [code, err] = testing::run_stage(stages::v4_ultra(), {"--device", "cpu", "--shard-optimizer"});
     EXPECT_EQ(code, 2);
     EXPECT_MENTIONS(err, "\"training.shard_optimizer\" = true (--shard-optimizer) applies to data-parallel runs");
@@ -593,7 +642,9 @@ TEST(DataParallelCommandLine, RefusalsBeforeAnyWork) {
            {stages::v3_custom(), {"--shard-optimizer"},
             "is not allowed for v3_custom, whose optimizer (at::_fused_adamw_) is not ours"},
            {stages::v4_ultra(), {"--shard-optimizer", "--dp-sync", "reducer"},
-            "is not allowed with --dp-sync reducer: the Reducer all-reduces whole gradients"}}) {
+            "is not allowed with --dp-sync reducer: the Reducer all-reduces whole gradients"},
+           {stages::v4_ultra(), {"--dp-sync", "reducer", "--dp-embedding-grad", "rows"},
+            "--dp-embedding-grad rows is not allowed with --dp-sync reducer"}}) {
     ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"},
                    {"MASTER_PORT", "29500"}});
     std::vector<std::string> args = {"--device", "cpu"};

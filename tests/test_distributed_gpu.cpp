@@ -137,6 +137,12 @@ TEST(DataParallelGpu, OneRankEqualsThePlainRun) {
     EXPECT_NE(step.find("data parallel"), std::string::npos) << step;
     EXPECT_EQ(d.at("weights_max_diff_across_ranks"), 0.0);
     EXPECT_GT(d.at("gradient_mb_per_step").get<double>(), 0.0);
+    // The embedding's gradient travels as rows with layers where only the lookup writes it (bf16: the tied head
+    // reads the bf16 copy).
+    const bool rows = sync == GradientSync::kLayers &&
+                      (precision == Precision::kBf16 || !gpu_config(precision).model.tie_embeddings);
+    EXPECT_EQ(d.at("embedding_gradient"), rows ? "rows" : "dense");
+    EXPECT_EQ(d.contains("embedding_rows_mb_per_step"), rows);
     EXPECT_TRUE(std::isfinite(d.at("allreduce_ms_per_step").get<double>()));
     EXPECT_EQ(d.at("total_tokens_per_s"), d.at("per_gpu_tokens_per_s"));
     EXPECT_NO_THROW(validate_result_json(parallel.result));

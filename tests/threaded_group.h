@@ -85,7 +85,8 @@ class ThreadedBackend final : public c10d::Backend {
     });
     return done(outputs);
   }
-  // Every rank's output receives every rank's input, in rank order; an input may be its own slice of the output.
+  // Every rank's output receives every rank's input, in rank order, as NCCL does: the output is contiguous, of
+  // world x the input's elements, whatever its shape; an input may be its own slice of the output.
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
                                                                  const c10d::AllgatherOptions&) override {
@@ -97,8 +98,11 @@ class ThreadedBackend final : public c10d::Backend {
         for (size_t q = 0; q < all.size(); ++q)
           for (size_t r = 0; r < all.size(); ++r) {
             const at::Tensor& in = (*all[r])[i];
-            at::Tensor slot = (*all[q])[n + i].narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel());
-            if (slot.data_ptr() != in.data_ptr()) slot.copy_(in);
+            const at::Tensor& out = (*all[q])[n + i];
+            TORCH_CHECK(out.is_contiguous() && out.numel() == static_cast<int64_t>(all.size()) * in.numel(),
+                        "ThreadedBackend: an all-gather's output must be contiguous, world x its input's elements");
+            at::Tensor slot = out.view({-1}).narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel());
+            if (slot.data_ptr() != in.data_ptr()) slot.copy_(in.reshape({-1}));
           }
     });
     return done(outputs);

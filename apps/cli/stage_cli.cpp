@@ -96,6 +96,11 @@ cxxopts::Options make_options(const std::string& program) {
       "how the gradients are averaged over ranks: layers (an all-reduce per layer as soon as its gradients are "
       "final; captured in v4_ultra's graph) or reducer (c10d's Reducer, as Python's DDP; the step runs eagerly) "
       "[default layers]",
+      cxxopts::value<std::string>())(
+      "dp-embedding-grad",
+      "with --dp-sync layers, how the embedding's gradient is averaged where only its lookup writes it (bf16 "
+      "stages, untied embeddings): rows (the rows the step's tokens touched, all-gathered with their token ids) or "
+      "dense (all of it) [default rows]",
       cxxopts::value<std::string>());
   add_config_flags(o);
   return o;
@@ -264,6 +269,8 @@ ParsedCommandLine parse_command_line(const std::string& program, const std::vect
     throw ConfigError("--dist-timeout " + std::to_string(o.dist_timeout_s) + " is not allowed: must be >= 1 second");
   override_field(r, "scaling-baseline", o.scaling_baseline);
   if (r.count("dp-sync")) o.dp_sync = parse_gradient_sync(r["dp-sync"].as<std::string>());
+  if (r.count("dp-embedding-grad"))
+    o.dp_embedding_grad = parse_embedding_grad_exchange(r["dp-embedding-grad"].as<std::string>());
   if (!o.scaling_baseline.empty() && !std::filesystem::is_regular_file(o.scaling_baseline))
     throw ConfigError("--scaling-baseline: file '" + o.scaling_baseline + "' does not exist (or is not a file)");
   return parsed;

@@ -48,7 +48,7 @@ struct ReducerSync final : DataParallelStep::State {
   }
   // rebuild_buckets is a no-op except in the second synced step, where it re-buckets in the order the first
   // backward produced gradients (a collective, on every rank).
-  void before_forward(bool last) override {
+  void before_forward(const torch::Tensor&, bool last) override {
     if (!last) return;
     reducer->prepare_for_forward();
     reducer->rebuild_buckets();
@@ -74,11 +74,29 @@ struct ReducerSync final : DataParallelStep::State {
 // next, so a graph capture records the all-reduces in the backward's order and every replay repeats them.
 // With a sharded optimizer (ZeRO-1, apps/train/sharded_adamw.h) a group's gradients are reduce-scattered into the
 // optimizer's slices instead: the same hooks and order, each rank receiving only the mean of its slices.
+//
+// The embedding's gradient travels as rows (lookup_leaf, its own group): when only the lookup writes a weight's
+// gradient (the tied embedding's fp32 master in bf16 stages, whose output head reads the bf16 copy; an untied
+// embedding), that gradient is zero outside the rows of the step's token ids (at most 2,048 of medium's 32,000
+// rows per rank at 4 x 512 tokens), and averaging it densely moves all of it (262 MB in fp32 for medium) after
+// the last layer's backward, with nothing left to overlap. Instead every rank all-gathers its token ids and its
+// gradient's rows at them, and rebuilds the mean from them, adding the ranks' rows in rank order: the same
+// order on every rank, so the ranks' gradients stay identical. A token's repeats carry the same row and write
+// the same value. For two ranks this is the dense average bit for bit: each element is a / 2 + b / 2 either way.
 struct LayerSync final : DataParallelStep::State {
   LayerSync(DistributedContext& context, const std::vector<std::vector<torch::Tensor>>& groups,
-            ShardedAdamW* sharded)
-      : State(context), groups(groups), sharded(sharded) {}
+            ShardedAdamW* sharded, torch::Tensor lookup_leaf)
+      : State(context), groups(groups), sharded(sharded), lookup_leaf(std::move(lookup_leaf)) {
+    for (size_t g = 0; g < this->groups.size(); ++g)
+      if (this->lookup_leaf.defined() && this->groups[g].size() == 1 && this->groups[g][0].is_same(this->lookup_leaf))
+        lookup_group = g;
+    TORCH_CHECK(!this->lookup_leaf.defined() || lookup_group < this->groups.size(),
+                "LayerSync: the embedding's leaf must be a group of its own");
+  }
 
+  void before_forward(const torch::Tensor& inputs, bool) override {
+    if (lookup_leaf.defined()) ids.push_back(inputs.reshape({-1}));
+  }
   void before_backward(const torch::Tensor&, bool last) override {
     if (!last) return;
     works.clear();
@@ -93,9 +111,15 @@ struct LayerSync final : DataParallelStep::State {
     ready.disarm();
     for (auto& work : works) work->wait();  // a stream wait: the optimizer's kernels come after the all-reduces
     works.clear();
+    if (lookup_leaf.defined()) average_rows();
+    ids.clear();
   }
 
   void all_reduce(size_t g) {
+    if (g == lookup_group) {
+      works.push_back(gather_rows());
+      return;
+    }
     // Every leaf: the sharded optimizer refuses one without a gradient (its slice would keep the last step's).
     if (sharded) {
       works.push_back(sharded->reduce_scatter(groups[g]));
@@ -110,11 +134,67 @@ struct LayerSync final : DataParallelStep::State {
     works.push_back(context.group()->allreduce_coalesced(grads, options));
   }
 
+  // All-gathers this rank's token ids of the step and the lookup leaf's gradient rows at them.
+  c10::intrusive_ptr<c10d::Work> gather_rows() {
+    torch::NoGradGuard no_grad;
+    const auto& grad = lookup_leaf.grad();
+    TORCH_CHECK(grad.defined(), "data parallel: the embedding's weight has no gradient");
+    local_ids = torch::cat(ids).to(grad.device(), torch::kLong);
+    local_rows = grad.index_select(0, local_ids);
+    const int64_t world = context.world_size();
+    all_ids = torch::empty({world * local_ids.size(0)}, local_ids.options());
+    all_rows = torch::empty({world * local_rows.size(0), local_rows.size(1)}, local_rows.options());
+    std::vector<at::Tensor> outputs{all_ids, all_rows}, inputs{local_ids, local_rows};
+    return context.group()->allgather_into_tensor_coalesced(outputs, inputs);
+  }
+  // After the all-gather: the gradient becomes the mean of the ranks' rows, added in rank order.
+  void average_rows() {
+    torch::NoGradGuard no_grad;
+    auto grad = lookup_leaf.grad();
+    const int64_t world = context.world_size(), n = local_ids.size(0);
+    grad.zero_();
+    for (int64_t r = 0; r < world; ++r) {
+      const auto at = all_ids.narrow(0, r * n, n);
+      grad.index_put_({at}, grad.index_select(0, at) + all_rows.narrow(0, r * n, n) / static_cast<double>(world));
+    }
+    if (sharded) sharded->take_averaged(lookup_leaf);
+    local_ids = local_rows = all_ids = all_rows = torch::Tensor();
+  }
+
   std::vector<std::vector<torch::Tensor>> groups;
   ShardedAdamW* sharded;  // null: all-reduce
+  torch::Tensor lookup_leaf;  // undefined: every gradient is averaged densely
+  size_t lookup_group = std::numeric_limits<size_t>::max();
+  std::vector<torch::Tensor> ids;  // the token ids of this step's micro-batches
+  torch::Tensor local_ids, local_rows, all_ids, all_rows;
   GradientReadyHooks ready;
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
 };
+
+// The leaf whose gradient only the embedding lookup writes, or undefined when the output head also reads it
+// (tied, without a compute copy of it for the head: fp32 stages).
+torch::Tensor lookup_only_leaf(Transformer& model, const std::vector<torch::Tensor>& leaves) {
+  const auto& weight = model->embed_tokens->weight;
+  bool head_reads_it = model->config().tie_embeddings;
+  for (const auto& c : model->compute_copies())
+    if (c.master.is_same(weight)) head_reads_it = false;  // the head reads its copy; the lookup, the master
+  if (head_reads_it) return {};
+  for (const auto& leaf : leaves)
+    if (leaf.is_same(weight)) return leaf;
+  return {};
+}
+
+// Takes `leaf` out of its group into a group of its own, just after it.
+void own_group(std::vector<std::vector<torch::Tensor>>& groups, const torch::Tensor& leaf) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    auto it = std::find_if(groups[g].begin(), groups[g].end(), [&](const torch::Tensor& t) { return t.is_same(leaf); });
+    if (it == groups[g].end()) continue;
+    if (groups[g].size() == 1) return;
+    groups[g].erase(it);
+    groups.insert(groups.begin() + static_cast<std::ptrdiff_t>(g) + 1, std::vector<torch::Tensor>{leaf});
+    return;
+  }
+}
 
 // The leaves in groups of one layer (or run between layers) and one dtype, in the model's parameter order;
 // a compute copy goes with its master's layer.
@@ -152,26 +232,35 @@ std::vector<std::vector<torch::Tensor>> layer_groups(Transformer& model, const s
 }  // namespace
 
 DataParallelStep::DataParallelStep(DistributedContext& context, Transformer model, Optimizer& optimizer,
-                                   int64_t accum_steps, GradientSync sync, int64_t capture_at)
+                                   int64_t accum_steps, GradientSync sync, int64_t capture_at, bool embedding_rows)
     : accum_steps_(accum_steps), sync_(sync), sharded_(optimizer.sharded()) {
   TORCH_CHECK(accum_steps >= 1, "DataParallelStep: accum_steps must be >= 1, got ", accum_steps);
   TORCH_CHECK(capture_at < 0 || sync == GradientSync::kLayers,
               "DataParallelStep: the Reducer's host bookkeeping cannot be captured in a graph; use layers");
   leaves_ = gradient_leaves(model);
+  const auto lookup_leaf = sync == GradientSync::kLayers && embedding_rows ? lookup_only_leaf(model, leaves_)
+                                                                           : torch::Tensor();
   for (const auto& leaf : leaves_) {
+    if (leaf.is_same(lookup_leaf)) continue;  // exchanged as rows
     const auto dtype = leaf.scalar_type();
     auto it = std::find_if(gradient_bytes_.begin(), gradient_bytes_.end(), [&](auto& e) { return e.first == dtype; });
     if (it == gradient_bytes_.end()) it = gradient_bytes_.insert(gradient_bytes_.end(), {dtype, 0});
     it->second += leaf.numel() * static_cast<int64_t>(leaf.element_size());
   }
+  if (lookup_leaf.defined())
+    embedding_row_bytes_ = lookup_leaf.size(1) * static_cast<int64_t>(lookup_leaf.element_size()) +
+                           static_cast<int64_t>(sizeof(int64_t));  // the row and its token id
   auto* sharded = dynamic_cast<ShardedAdamW*>(&optimizer);
   TORCH_CHECK(!optimizer.sharded() || (sharded && sync == GradientSync::kLayers),
               "DataParallelStep: a sharded optimizer receives its gradients reduce-scattered per layer (layers), not "
               "all-reduced by the Reducer");
-  if (sync == GradientSync::kReducer)
+  if (sync == GradientSync::kReducer) {
     state_ = std::make_unique<ReducerSync>(context, leaves_);
-  else
-    state_ = std::make_unique<LayerSync>(context, layer_groups(model, leaves_), sharded);
+  } else {
+    auto groups = layer_groups(model, leaves_);
+    if (lookup_leaf.defined()) own_group(groups, lookup_leaf);
+    state_ = std::make_unique<LayerSync>(context, groups, sharded, lookup_leaf);
+  }
   eager_ = std::make_unique<EagerStep>(std::move(model), optimizer, accum_steps, state_.get());
   if (capture_at >= 0) graph_ = std::make_unique<GraphedStep>(*eager_, capture_at);
 }

@@ -33,18 +33,26 @@ namespace tt {
 // eager warm-up calls (GraphedStep): the all-reduces, the optimizer and the loss's mean are in the graph.
 class DataParallelStep final : public StepRunner {
  public:
+  // embedding_rows (layers only): the embedding's gradient, when only its lookup writes it, travels as the rows
+  // the step's tokens touched (data_parallel_step.cpp, LayerSync); false: densely, as every other gradient.
   DataParallelStep(DistributedContext& context, Transformer model, Optimizer& optimizer, int64_t accum_steps = 1,
-                   GradientSync sync = GradientSync::kReducer, int64_t capture_at = -1);
+                   GradientSync sync = GradientSync::kReducer, int64_t capture_at = -1, bool embedding_rows = true);
   ~DataParallelStep() override;
   torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) override;
   bool times_phases() const override { return !graph_ && accum_steps_ == 1; }
   const char* describe() const override;
   bool captures_graph() const override { return graph_ != nullptr; }
   GradientSync sync() const { return sync_; }
+  // Whether the embedding's gradient travels as the rows the step's tokens touched (embedding_rows, and only the
+  // lookup writes it).
+  bool exchanges_embedding_rows() const { return embedding_row_bytes_ > 0; }
+  // Bytes one token adds to a rank's contribution to that exchange (its row and its id); 0 without it.
+  int64_t embedding_row_bytes() const { return embedding_row_bytes_; }
   bool sharded() const { return sharded_; }
   // The tensors whose gradients are synchronised (gradient_leaves): the weights the forward reads.
   const std::vector<torch::Tensor>& leaves() const { return leaves_; }
-  // Bytes of gradients all-reduced (or reduce-scattered) per step, per dtype.
+  // Bytes of gradients averaged densely (all-reduced or reduce-scattered) per step, per dtype: every leaf's but
+  // the embedding's when it travels as rows.
   const std::vector<std::pair<torch::Dtype, int64_t>>& gradient_bytes() const { return gradient_bytes_; }
 
   struct State;  // the hooks that average the gradients (Reducer or layers: data_parallel_step.cpp)
@@ -53,6 +61,7 @@ class DataParallelStep final : public StepRunner {
   int64_t accum_steps_;
   GradientSync sync_;
   bool sharded_;  // the optimizer is sharded: reduce-scatter instead of all-reduce
+  int64_t embedding_row_bytes_ = 0;
   std::vector<torch::Tensor> leaves_;
   std::vector<std::pair<torch::Dtype, int64_t>> gradient_bytes_;
   std::unique_ptr<State> state_;

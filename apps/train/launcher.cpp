@@ -250,4 +250,15 @@ GradientSync parse_gradient_sync(const std::string& value) {
                     "(an all-reduce per layer, captured in a graphed stage's graph)");
 }
 
+const char* to_string(EmbeddingGradExchange exchange) {
+  return exchange == EmbeddingGradExchange::kRows ? "rows" : "dense";
+}
+
+EmbeddingGradExchange parse_embedding_grad_exchange(const std::string& value) {
+  if (value == "rows") return EmbeddingGradExchange::kRows;
+  if (value == "dense") return EmbeddingGradExchange::kDense;
+  throw ConfigError("--dp-embedding-grad '" + value + "' is not allowed: must be rows (the rows the step's tokens " +
+                    "touched, all-gathered with their token ids) or dense (the whole gradient averaged)");
+}
+
 }  // namespace tt

@@ -65,6 +65,15 @@ GradientSync parse_gradient_sync(const std::string& value);
 // The default, the faster one on every stage measured (docs/multi-gpu.md: 2 x H200, medium bf16, v3 and v4).
 constexpr GradientSync kDefaultGradientSync = GradientSync::kLayers;
 
+// How the embedding's gradient is averaged with --dp-sync layers (--dp-embedding-grad), where only the lookup
+// writes it (bf16 stages, whose output head reads the bf16 copy; an untied embedding): kRows all-gathers the rows
+// the step's tokens touched with their token ids and rebuilds the mean (the same numbers as dense on two ranks,
+// a fraction of the bytes); kDense averages all of it, as every other gradient. The Reducer always sends it dense.
+enum class EmbeddingGradExchange { kRows, kDense };
+const char* to_string(EmbeddingGradExchange exchange);
+// "rows" or "dense"; throws ConfigError naming --dp-embedding-grad, the value and both allowed ones.
+EmbeddingGradExchange parse_embedding_grad_exchange(const std::string& value);
+
 // ---------------------------------------------------------------------------------------------------
 // Sharding: every rank draws the global batch and keeps rows [rank * B, (rank + 1) * B) of each step
 // ---------------------------------------------------------------------------------------------------

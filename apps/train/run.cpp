@@ -42,7 +42,8 @@ nlohmann::json run_description(const StageSpec& spec, const RunConfig& config, c
             {"eval_every", o.eval_every},
             {"profile_steps", o.profile_steps},
             {"dist_timeout_s", o.dist_timeout_s},
-            {"dp_sync", to_string(o.dp_sync.value_or(kDefaultGradientSync))}}}};
+            {"dp_sync", to_string(o.dp_sync.value_or(kDefaultGradientSync))},
+            {"dp_embedding_grad", o.dp_embedding_grad ? to_string(*o.dp_embedding_grad) : "default"}}}};
 }
 
 constexpr const char* kShardOptimizerField = "config: field \"training.shard_optimizer\" = true (--shard-optimizer)";
@@ -55,10 +56,11 @@ void check_data_parallel_options(const DistributedEnv& env, const StageSpec& spe
       throw ConfigError(std::string(kShardOptimizerField) +
                         " applies to data-parallel runs (it splits the optimizer state across their GPUs), and this "
                         "process was not started by a launcher: use scripts/launch.sh --nproc N, or leave it out");
-    if (o.dist_timeout_given || !o.scaling_baseline.empty() || o.dp_sync)
+    if (o.dist_timeout_given || !o.scaling_baseline.empty() || o.dp_sync || o.dp_embedding_grad)
       throw ConfigError(std::string(o.dist_timeout_given          ? "--dist-timeout"
                                     : !o.scaling_baseline.empty() ? "--scaling-baseline"
-                                                                  : "--dp-sync") +
+                                    : o.dp_sync                   ? "--dp-sync"
+                                                                  : "--dp-embedding-grad") +
                         " applies to data-parallel runs, and this process was not started by a launcher (no RANK/"
                         "WORLD_SIZE, OMPI_COMM_WORLD_* or SLURM_PROCID variables): use scripts/launch.sh --nproc N");
     return;
@@ -73,6 +75,10 @@ void check_data_parallel_options(const DistributedEnv& env, const StageSpec& spe
                         to_string(*o.dp_sync) + ": the Reducer all-reduces whole gradients, the sharded optimizer " +
                         "needs each layer's reduce-scattered (--dp-sync layers, the default)");
   }
+  if (o.dp_embedding_grad == EmbeddingGradExchange::kRows &&
+      o.dp_sync.value_or(kDefaultGradientSync) == GradientSync::kReducer)
+    throw ConfigError("--dp-embedding-grad rows is not allowed with --dp-sync reducer: the Reducer averages whole "
+                      "gradients in its buckets (use --dp-sync layers, the default)");
   if (config.training.device == "cpu")
     throw ConfigError("config: field \"training.device\" = \"cpu\" is not allowed under a data-parallel launcher (" +
                       env.source + " variables are set): data parallel runs one process per GPU over NCCL");
@@ -173,6 +179,8 @@ RunPlan plan_run(const StageSpec& stage, const RunConfig& config, const RunOptio
   p.options = options;
   p.dist = dist;
   p.dp_sync = options.dp_sync.value_or(kDefaultGradientSync);
+  p.dp_embedding_grad = options.dp_embedding_grad.value_or(
+      p.dp_sync == GradientSync::kLayers ? EmbeddingGradExchange::kRows : EmbeddingGradExchange::kDense);
   check_data_parallel_options(dist, p.spec, config, options);
   p.writes_files = dist.rank == 0;  // data parallel: rank 0 alone writes results and checkpoints
   p.output = options.output.empty()
@@ -261,7 +269,8 @@ RunOutcome execute_run(RunPlan plan, std::ostream& log) {
                                      : -1;
       trainer.use_runner(std::make_unique<DataParallelStep>(*context, trainer.model(), trainer.optimizer(),
                                                             config.training.grad_accum_steps, plan.dp_sync,
-                                                            capture_at));
+                                                            capture_at,
+                                                            plan.dp_embedding_grad == EmbeddingGradExchange::kRows));
     }
     extras.distributed = context.get();
     extras.eval_data = std::move(eval_data);

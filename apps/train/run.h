@@ -43,6 +43,7 @@ struct RunOptions {
   bool dist_timeout_given = false;
   std::string scaling_baseline;    // a 1-GPU result JSON: fills in the result's scaling efficiency
   std::optional<GradientSync> dp_sync;  // --dp-sync; unset: kDefaultGradientSync
+  std::optional<EmbeddingGradExchange> dp_embedding_grad;  // --dp-embedding-grad; unset: rows (layers), dense (reducer)
 };
 
 // The stage as this run will run it: --no-graph and --pitfall applied, and under a launcher (`dist` enabled)
@@ -57,6 +58,7 @@ struct RunPlan {
   RunOptions options;
   DistributedEnv dist;                    // enabled under a launcher
   GradientSync dp_sync = kDefaultGradientSync;  // under a launcher: how the gradients are averaged
+  EmbeddingGradExchange dp_embedding_grad = EmbeddingGradExchange::kRows;  // and the embedding's (kDense: reducer)
   bool writes_files = true;               // rank 0 (or the only process) writes the result and checkpoints
   std::string output;                     // the result JSON
   std::string trace;                      // --profile's trace, beside the result

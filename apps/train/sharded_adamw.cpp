@@ -226,6 +226,18 @@ c10::intrusive_ptr<c10d::Work> ShardedAdamW::reduce_scatter(const std::vector<to
   return impl_->context.group()->reduce_scatter_tensor_coalesced(outputs, inputs, options);
 }
 
+void ShardedAdamW::take_averaged(const torch::Tensor& leaf) {
+  torch::NoGradGuard no_grad;
+  auto it = impl_->leaf_of.find(leaf.unsafeGetTensorImpl());
+  TORCH_CHECK(it != impl_->leaf_of.end(), "ShardedAdamW::take_averaged: a tensor that is no gradient leaf of the model");
+  const Impl::Leaf& l = impl_->leaves[it->second];
+  TORCH_CHECK(l.tensor.grad().defined(), "ShardedAdamW::take_averaged: a gradient leaf of shape ", l.tensor.sizes(),
+              " has no gradient; every one must receive one each step");
+  const int64_t n = l.sliced.end - l.sliced.begin;
+  if (n < l.sliced.slice) l.grad_slice.zero_();  // the last slice's padding, as reduce_scatter() leaves it
+  if (n > 0) l.grad_slice.narrow(0, 0, n).copy_(l.tensor.grad().detach().reshape({-1}).narrow(0, l.sliced.begin, n));
+}
+
 void ShardedAdamW::zero_grad() {
   for (auto& p : params_) p.mutable_grad() = torch::Tensor();
   for (auto& c : impl_->copies) c.mutable_grad() = torch::Tensor();

@@ -41,6 +41,9 @@ class ShardedAdamW final : public Optimizer {
   // the collectives' stream after what the current stream has queued. Every leaf of the model must pass through
   // here once per step, on every rank in the same order; step() reads only the slices.
   c10::intrusive_ptr<c10d::Work> reduce_scatter(const std::vector<torch::Tensor>& leaves);
+  // In place of reduce_scatter() for a leaf whose gradient already holds the mean over ranks, the same on every
+  // rank (the embedding's rows, exchanged by DataParallelStep): keeps this rank's slice of it. Stream-ordered.
+  void take_averaged(const torch::Tensor& leaf);
 
   void zero_grad() override;
   void step() override;

@@ -53,8 +53,9 @@ torch::Tensor EagerStep::step(const torch::Tensor& inputs, const torch::Tensor& 
   torch::Tensor total;
   for (int64_t i = 0; i < k; ++i) {
     const bool last = i + 1 == k;
-    hooks_->before_forward(last);
-    auto loss = forward(micro_batch(inputs, i, k), micro_batch(labels, i, k));
+    const auto micro_inputs = micro_batch(inputs, i, k);
+    hooks_->before_forward(micro_inputs, last);
+    auto loss = forward(micro_inputs, micro_batch(labels, i, k));
     if (phases) phases->mark(kAfterForward);
     // Each micro-batch's mean loss counts 1/k, so the summed gradients are those of the whole batch's mean.
     // Not applied for k = 1, whose step stays the plain one, bit for bit.

@@ -35,9 +35,9 @@ class StepRunner {
 class StepHooks {
  public:
   virtual ~StepHooks() = default;
-  // Before micro-batch `i`'s forward; `last`: the micro-batch whose backward carries the step's gradients
-  // (the last of k; the only one with k = 1).
-  virtual void before_forward(bool /*last*/) {}
+  // Before a micro-batch's forward, with its token ids; `last`: the micro-batch whose backward carries the
+  // step's gradients (the last of k; the only one with k = 1).
+  virtual void before_forward(const torch::Tensor& /*inputs*/, bool /*last*/) {}
   // Before that micro-batch's backward, with its (scaled) loss.
   virtual void before_backward(const torch::Tensor& /*loss*/, bool /*last*/) {}
   // After it: the current stream must see the synchronised gradients from here on.

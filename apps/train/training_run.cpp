@@ -259,12 +259,22 @@ nlohmann::json distributed_report(DistributedContext& context, Trainer& trainer,
   out["per_gpu_samples_per_s"] = summary.at("samples_per_s");
   out["total_samples_per_s"] = summary.at("samples_per_s").get<double>() * world;
   out["gradient_mb_per_step"] = gradient_bytes / (1 << 20);
+  out["embedding_gradient"] = runner->exchanges_embedding_rows() ? "rows" : "dense";
+  if (runner->exchanges_embedding_rows()) {
+    // Every token of the rank's step (all micro-batches) sends its row and id, repeats included.
+    const int64_t tokens = trainer.config().training.tokens_per_step();
+    out["embedding_rows_mb_per_step"] = static_cast<double>(tokens * runner->embedding_row_bytes()) / (1 << 20);
+  }
   out["allreduce_ms_per_step"] = allreduce_ms;
   out["allreduce_timing"] =
       "median of " + std::to_string(kAllreduceRepeats) +
       " all-reduces of one step's gradients (one buffer per dtype), run alone after training with device events "
       "on rank 0; inside a step the all-reduces (the Reducer's buckets, or one per layer) overlap the backward, so a "
       "step waits for less than this" +
+      std::string(runner->exchanges_embedding_rows()
+                      ? ". The embedding's gradient is not in it: it travels as rows (embedding_rows_mb_per_step per "
+                        "rank, all-gathered)"
+                      : "") +
       std::string(sharded ? ". A sharded run does no such all-reduce: it reduce-scatters the same bytes and "
                             "all-gathers the weights, so this is a reference for its communication, not a part of it"
                           : "");
