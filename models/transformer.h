@@ -2,6 +2,7 @@
 // attention, SwiGLU MLP), final norm and an output head tied to the embedding.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -66,6 +67,13 @@ class TransformerImpl : public torch::nn::Module {
   // undefined when there is neither.
   torch::Tensor gradient_of(const torch::Tensor& parameter) const;
 
+  // Called by the forward before it reads a part's weights: with -1 before the embedding, with i before layer i,
+  // with the number of layers before the final norm and the head. A sharded optimizer (ZeRO-1,
+  // apps/train/sharded_adamw.h) waits there for that part's weights, all-gathered beside the forward. Empty: no
+  // call.
+  using BeforeWeights = std::function<void(int64_t layer)>;
+  void set_before_weights(BeforeWeights before) { before_weights_ = std::move(before); }
+
   // One cache per layer, sized for max_len positions, in the given dtype and device.
   std::vector<KVCache> make_caches(int64_t batch, int64_t max_len, torch::Dtype dtype, const torch::Device& device) const;
 
@@ -86,6 +94,7 @@ class TransformerImpl : public torch::nn::Module {
   std::vector<ComputeCopy> compute_copies_;
   torch::Tensor head_compute_weight_;  // the output head's copy, when there are compute copies
   Precision precision_ = Precision::kFp32;
+  BeforeWeights before_weights_;
 };
 TORCH_MODULE(Transformer);
 

@@ -276,7 +276,7 @@ TEST(CommandLine, HelpDocumentsEveryFlagWithDefault) {
                            "--validate", "--doctor", "--no-graph", "--pitfall", "--help", "--checkpoint-dir",
                            "--checkpoint-every", "--keep-checkpoints", "--resume", "--profile", "--profile-steps",
                            "--eval-data", "--eval-every", "--eval-only", "--dist-timeout", "--scaling-baseline",
-                           "--dp-sync", "--dp-embedding-grad"})
+                           "--dp-sync", "--dp-embedding-grad", "--zero-gather"})
     EXPECT_NE(p.help_text.find(flag), std::string::npos) << flag;
 }
 

@@ -101,6 +101,11 @@ cxxopts::Options make_options(const std::string& program) {
       "with --dp-sync layers, how the embedding's gradient is averaged where only its lookup writes it (bf16 "
       "stages, untied embeddings): rows (the rows the step's tokens touched, all-gathered with their token ids) or "
       "dense (all of it) [default rows]",
+      cxxopts::value<std::string>())(
+      "zero-gather",
+      "with --shard-optimizer, when the updated weights are all-gathered: update (after each layer's update, beside "
+      "the next one's) or forward (in the next step, each layer's before its forward reads them, beside the "
+      "forward) [default update]",
       cxxopts::value<std::string>());
   add_config_flags(o);
   return o;
@@ -271,6 +276,7 @@ ParsedCommandLine parse_command_line(const std::string& program, const std::vect
   if (r.count("dp-sync")) o.dp_sync = parse_gradient_sync(r["dp-sync"].as<std::string>());
   if (r.count("dp-embedding-grad"))
     o.dp_embedding_grad = parse_embedding_grad_exchange(r["dp-embedding-grad"].as<std::string>());
+  if (r.count("zero-gather")) o.zero_gather = parse_zero_gather(r["zero-gather"].as<std::string>());
   if (!o.scaling_baseline.empty() && !std::filesystem::is_regular_file(o.scaling_baseline))
     throw ConfigError("--scaling-baseline: file '" + o.scaling_baseline + "' does not exist (or is not a file)");
   return parsed;

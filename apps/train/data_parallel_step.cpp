@@ -254,6 +254,7 @@ DataParallelStep::DataParallelStep(DistributedContext& context, Transformer mode
   TORCH_CHECK(!optimizer.sharded() || (sharded && sync == GradientSync::kLayers),
               "DataParallelStep: a sharded optimizer receives its gradients reduce-scattered per layer (layers), not "
               "all-reduced by the Reducer");
+  sharded_optimizer_ = sharded;
   if (sync == GradientSync::kReducer) {
     state_ = std::make_unique<ReducerSync>(context, leaves_);
   } else {
@@ -282,6 +283,7 @@ const char* DataParallelStep::describe() const {
 }
 
 torch::Tensor DataParallelStep::step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) {
+  if (sharded_optimizer_) sharded_optimizer_->begin_step();
   return graph_ ? graph_->step(inputs, labels, timer) : eager_->step(inputs, labels, timer);
 }
 

@@ -19,6 +19,8 @@
 
 namespace tt {
 
+class ShardedAdamW;
+
 // EagerStep's one accumulation loop with the gradients averaged over ranks, added through StepHooks (`sync`,
 // launcher.h): by c10d's Reducer, or by an all-reduce per layer. Either way the all-reduces start during the
 // backward, as the gradients become final, and run on NCCL's stream beside it; the optimizer (which clips on
@@ -28,7 +30,8 @@ namespace tt {
 // only the last one all-reduces: one gradient all-reduce per optimizer step, of the sum of all k
 // micro-batches' gradients.
 // A sharded optimizer (ZeRO-1, apps/train/sharded_adamw.h; layers only) receives each layer's gradients
-// reduce-scattered instead of all-reduced, and all-gathers the updated weights itself.
+// reduce-scattered instead of all-reduced, and all-gathers the updated weights itself (each step tells it when
+// a step begins: ShardedAdamW::begin_step).
 // With capture_at >= 1 (layers only) the step is captured as a graph at call capture_at after that many
 // eager warm-up calls (GraphedStep): the all-reduces, the optimizer and the loss's mean are in the graph.
 class DataParallelStep final : public StepRunner {
@@ -61,6 +64,7 @@ class DataParallelStep final : public StepRunner {
   int64_t accum_steps_;
   GradientSync sync_;
   bool sharded_;  // the optimizer is sharded: reduce-scatter instead of all-reduce
+  ShardedAdamW* sharded_optimizer_ = nullptr;  // then it (a ShardedAdamW: the only sharded optimizer)
   int64_t embedding_row_bytes_ = 0;
   std::vector<torch::Tensor> leaves_;
   std::vector<std::pair<torch::Dtype, int64_t>> gradient_bytes_;

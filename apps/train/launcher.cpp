@@ -254,6 +254,15 @@ const char* to_string(EmbeddingGradExchange exchange) {
   return exchange == EmbeddingGradExchange::kRows ? "rows" : "dense";
 }
 
+const char* to_string(ZeroGather gather) { return gather == ZeroGather::kForward ? "forward" : "update"; }
+
+ZeroGather parse_zero_gather(const std::string& value) {
+  if (value == "forward") return ZeroGather::kForward;
+  if (value == "update") return ZeroGather::kUpdate;
+  throw ConfigError("--zero-gather '" + value + "' is not allowed: must be forward (in the next step, each layer's " +
+                    "weights before its forward) or update (after each layer's update)");
+}
+
 EmbeddingGradExchange parse_embedding_grad_exchange(const std::string& value) {
   if (value == "rows") return EmbeddingGradExchange::kRows;
   if (value == "dense") return EmbeddingGradExchange::kDense;

@@ -74,6 +74,16 @@ const char* to_string(EmbeddingGradExchange exchange);
 // "rows" or "dense"; throws ConfigError naming --dp-embedding-grad, the value and both allowed ones.
 EmbeddingGradExchange parse_embedding_grad_exchange(const std::string& value);
 
+// When ZeRO-1 all-gathers the updated weights (--zero-gather, apps/train/sharded_adamw.h): kUpdate (the default)
+// after each layer's update, beside the next layer's, the step ending when all are done; kForward at the start of
+// the next step, each layer's forward waiting for its own weights only, so the all-gathers run beside the forward.
+// kForward measured slower on 2 x H200 (docs/multi-gpu.md: the gathers slow the forward's GEMMs down).
+enum class ZeroGather { kForward, kUpdate };
+constexpr ZeroGather kDefaultZeroGather = ZeroGather::kUpdate;
+const char* to_string(ZeroGather gather);
+// "forward" or "update"; throws ConfigError naming --zero-gather, the value and both allowed ones.
+ZeroGather parse_zero_gather(const std::string& value);
+
 // ---------------------------------------------------------------------------------------------------
 // Sharding: every rank draws the global batch and keeps rows [rank * B, (rank + 1) * B) of each step
 // ---------------------------------------------------------------------------------------------------

@@ -43,7 +43,8 @@ nlohmann::json run_description(const StageSpec& spec, const RunConfig& config, c
             {"profile_steps", o.profile_steps},
             {"dist_timeout_s", o.dist_timeout_s},
             {"dp_sync", to_string(o.dp_sync.value_or(kDefaultGradientSync))},
-            {"dp_embedding_grad", o.dp_embedding_grad ? to_string(*o.dp_embedding_grad) : "default"}}}};
+            {"dp_embedding_grad", o.dp_embedding_grad ? to_string(*o.dp_embedding_grad) : "default"},
+            {"zero_gather", to_string(o.zero_gather.value_or(kDefaultZeroGather))}}}};
 }
 
 constexpr const char* kShardOptimizerField = "config: field \"training.shard_optimizer\" = true (--shard-optimizer)";
@@ -56,16 +57,20 @@ void check_data_parallel_options(const DistributedEnv& env, const StageSpec& spe
       throw ConfigError(std::string(kShardOptimizerField) +
                         " applies to data-parallel runs (it splits the optimizer state across their GPUs), and this "
                         "process was not started by a launcher: use scripts/launch.sh --nproc N, or leave it out");
-    if (o.dist_timeout_given || !o.scaling_baseline.empty() || o.dp_sync || o.dp_embedding_grad)
+    if (o.dist_timeout_given || !o.scaling_baseline.empty() || o.dp_sync || o.dp_embedding_grad || o.zero_gather)
       throw ConfigError(std::string(o.dist_timeout_given          ? "--dist-timeout"
                                     : !o.scaling_baseline.empty() ? "--scaling-baseline"
                                     : o.dp_sync                   ? "--dp-sync"
-                                                                  : "--dp-embedding-grad") +
+                                    : o.dp_embedding_grad         ? "--dp-embedding-grad"
+                                                                  : "--zero-gather") +
                         " applies to data-parallel runs, and this process was not started by a launcher (no RANK/"
                         "WORLD_SIZE, OMPI_COMM_WORLD_* or SLURM_PROCID variables): use scripts/launch.sh --nproc N");
     return;
   }
   if (o.eval_only) throw ConfigError("--eval-only is not allowed under a data-parallel launcher: run it as one process");
+  if (o.zero_gather && !config.training.shard_optimizer)
+    throw ConfigError(std::string("--zero-gather applies to a sharded optimizer (") + kShardOptimizerField +
+                      "), which this run does not have: without it every rank updates all the weights");
   if (config.training.shard_optimizer) {
     if (spec.optimizer != OptimizerKind::kOurAdamW)
       throw ConfigError(std::string(kShardOptimizerField) + " is not allowed for " + spec.name + ", whose optimizer (" +
@@ -247,7 +252,9 @@ RunOutcome execute_run(RunPlan plan, std::ostream& log) {
       return outcome;
     }
     Trainer trainer(spec, config, device,
-                    config.training.shard_optimizer ? sharded_adamw(*context) : OptimizerMaker());
+                    config.training.shard_optimizer
+                        ? sharded_adamw(*context, options.zero_gather.value_or(kDefaultZeroGather))
+                        : OptimizerMaker());
     if (!options.load_checkpoint.empty()) {
       // A file that is no checkpoint, or one of another model, is the user's input: exit 2, as --resume's.
       try {

@@ -44,6 +44,7 @@ struct RunOptions {
   std::string scaling_baseline;    // a 1-GPU result JSON: fills in the result's scaling efficiency
   std::optional<GradientSync> dp_sync;  // --dp-sync; unset: kDefaultGradientSync
   std::optional<EmbeddingGradExchange> dp_embedding_grad;  // --dp-embedding-grad; unset: rows (layers), dense (reducer)
+  std::optional<ZeroGather> zero_gather;  // --zero-gather (with a sharded optimizer); unset: kDefaultZeroGather
 };
 
 // The stage as this run will run it: --no-graph and --pitfall applied, and under a launcher (`dist` enabled)

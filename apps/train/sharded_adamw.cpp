@@ -58,19 +58,34 @@ struct ShardedAdamW::Impl {
   struct Range {
     size_t begin = 0, end = 0;   // in `update`
     std::vector<size_t> gather;  // indices in `leaves`
+    int64_t layer = -1;          // the forward's part that reads them first (TransformerImpl::set_before_weights)
   };
   std::vector<Range> ranges;
+  // The all-gathers of what the forward reads, one entry per range: queued, not yet waited for.
+  struct Pending {
+    torch::Tensor into, from;
+  };
+  struct Gathers {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<Pending> pending;
+  };
+  std::vector<Gathers> gathers;
+  bool gather_in_forward;  // ZeroGather::kForward
+  // Outside this rank's slices, what the forward reads holds other ranks' values of before the last update.
+  bool stale = false;
+  Transformer model;  // whose forward calls before_weights()
   std::vector<size_t> stale_masters;  // parameters whose master is no leaf: gathered by gather_weights() only
   torch::Tensor partials, norm;       // with clipping: the norm pass's partial sums; their sum over ranks
 
-  Impl(DistributedContext& context, const Transformer& model, const AdamWOptions& o)
+  Impl(DistributedContext& context, const Transformer& model, const AdamWOptions& o, ZeroGather gather)
       : context(context),
         rank(context.rank()),
         world(context.world_size()),
-        hyper{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.max_grad_norm, o.schedule} {
+        hyper{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.max_grad_norm, o.schedule},
+        gather_in_forward(gather == ZeroGather::kForward),
+        model(model) {
     TORCH_CHECK(!o.overlap, "the sharded optimizer (ZeRO-1) updates after the backward: the overlap is not allowed");
-    Transformer probe = model;
-    const auto found = gradient_leaves(probe);
+    const auto found = gradient_leaves(this->model);
     std::vector<std::string> names;
     std::vector<torch::Tensor> parameters;
     for (const auto& named : model->named_parameters(/*recurse=*/true)) {
@@ -110,6 +125,8 @@ struct ShardedAdamW::Impl {
     }
     for (const auto& range : layer_ranges(names)) {
       Range r;
+      const std::string& first = names[range.begin];  // layers.<i>.... inside a layer
+      if (first.rfind("layers.", 0) == 0) r.layer = std::stoll(first.substr(7, first.find('.', 7) - 7));
       r.begin = update.size();
       for (size_t i = range.begin; i < range.end; ++i) {
         Param& p = params[i];
@@ -121,6 +138,17 @@ struct ShardedAdamW::Impl {
       r.end = update.size();
       ranges.push_back(std::move(r));
     }
+    // The parameters outside the layers: before them the embedding (part -1: it may also be the tied head's),
+    // after them the final norm and an untied head (part n, before the final norm). Parts then grow with the
+    // ranges, so the all-gathers, queued in range order, complete in the order the forward waits for them.
+    int64_t layers_seen = 0;
+    for (auto& r : ranges) {
+      if (r.layer >= 0)
+        layers_seen = r.layer + 1;
+      else
+        r.layer = layers_seen > 0 ? layers_seen : -1;
+    }
+    gathers.resize(ranges.size());
     partials = update.empty() ? torch::zeros({1}, state.options()) : ops::adamw_partials(update, state);
     norm = torch::zeros({1}, state.options());
   }
@@ -147,9 +175,6 @@ struct ShardedAdamW::Impl {
   // Queues the all-gather of `slices` (this rank's part of each) into place, one call per dtype; finish() makes the
   // current stream wait for them. A tensor whose length is no multiple of the world's slices goes through a padded
   // buffer, copied into place by finish().
-  struct Pending {
-    torch::Tensor into, from;
-  };
   std::vector<c10::intrusive_ptr<c10d::Work>> all_gather(const std::vector<const Sliced*>& slices,
                                                          std::vector<Pending>& pending) {
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
@@ -185,6 +210,33 @@ struct ShardedAdamW::Impl {
     pending.clear();
   }
 
+  // Queues the all-gather of range r's leaves (this rank's slices of what the forward reads).
+  void queue_gather(size_t r) {
+    std::vector<const Sliced*> slices;
+    for (const size_t leaf : ranges[r].gather) slices.push_back(&leaves[leaf].sliced);
+    for (auto& work : all_gather(slices, gathers[r].pending)) gathers[r].works.push_back(std::move(work));
+  }
+  void wait_for(int64_t layer) {
+    for (size_t r = 0; r < ranges.size(); ++r)
+      if (ranges[r].layer == layer) finish(gathers[r].works, gathers[r].pending);
+  }
+  void wait_all() {
+    for (auto& g : gathers) finish(g.works, g.pending);
+  }
+  // Every range's all-gather, in the forward's order, when the forward's weights are stale.
+  void start_gathers() {
+    if (!stale) return;
+    for (size_t r = 0; r < ranges.size(); ++r) queue_gather(r);
+    stale = false;
+  }
+  // The forward, before it reads a part's weights: the first part queues every all-gather (on NCCL's stream, beside
+  // the forward), and each part waits for its own only.
+  void before_weights(int64_t layer) {
+    torch::NoGradGuard no_grad;
+    if (layer < 0) start_gathers();
+    wait_for(layer);
+  }
+
   // A moment of parameter i, whole (each rank's slice gathered).
   torch::Tensor gather_moment(size_t i, const torch::Tensor& mine) const {
     torch::NoGradGuard no_grad;
@@ -198,10 +250,24 @@ struct ShardedAdamW::Impl {
   }
 };
 
-ShardedAdamW::ShardedAdamW(DistributedContext& context, const Transformer& model, const AdamWOptions& options)
-    : Optimizer(model->parameters()), impl_(std::make_unique<Impl>(context, model, options)) {}
+ShardedAdamW::ShardedAdamW(DistributedContext& context, const Transformer& model, const AdamWOptions& options,
+                           ZeroGather gather)
+    : Optimizer(model->parameters()), impl_(std::make_unique<Impl>(context, model, options, gather)) {
+  if (impl_->gather_in_forward)
+    impl_->model->set_before_weights([impl = impl_.get()](int64_t layer) { impl->before_weights(layer); });
+}
 
-ShardedAdamW::~ShardedAdamW() = default;
+ShardedAdamW::~ShardedAdamW() {
+  if (impl_->gather_in_forward) impl_->model->set_before_weights({});
+}
+
+ZeroGather ShardedAdamW::gather() const {
+  return impl_->gather_in_forward ? ZeroGather::kForward : ZeroGather::kUpdate;
+}
+
+void ShardedAdamW::begin_step() {
+  if (impl_->gather_in_forward) impl_->stale = true;
+}
 
 c10::intrusive_ptr<c10d::Work> ShardedAdamW::reduce_scatter(const std::vector<torch::Tensor>& leaves) {
   torch::NoGradGuard no_grad;
@@ -246,6 +312,7 @@ void ShardedAdamW::zero_grad() {
 void ShardedAdamW::step() {
   torch::NoGradGuard no_grad;
   Impl& s = *impl_;
+  s.wait_all();  // no all-gather may still read the slices the update writes (the forward waited for each)
   if (s.hyper.max_grad_norm > 0) {
     // The global norm: this rank's slices' squared sum, summed over ranks.
     if (s.update.empty()) {
@@ -260,25 +327,26 @@ void ShardedAdamW::step() {
     s.context.group()->allreduce(norm, sum)->wait();
   }
   ops::adamw_prepare(s.norm, s.state, s.hyper);
-  // Layer by layer: update this rank's slices, then all-gather them while the next layer updates.
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  std::vector<Impl::Pending> pending;
-  for (const auto& range : s.ranges) {
+  // Layer by layer: update this rank's slices; after each layer's update, all-gather them while the next layer
+  // updates (ZeroGather::kUpdate), or leave that to the next forward (kForward: before_weights).
+  for (size_t r = 0; r < s.ranges.size(); ++r) {
+    const auto& range = s.ranges[r];
     if (range.begin < range.end) ops::adamw_update(s.update, range.begin, range.end, s.state, s.hyper);
-    std::vector<const Sliced*> slices;
-    for (const size_t leaf : range.gather) slices.push_back(&s.leaves[leaf].sliced);
-    for (auto& work : s.all_gather(slices, pending)) works.push_back(std::move(work));
+    if (!s.gather_in_forward) s.queue_gather(r);
   }
-  Impl::finish(works, pending);
+  s.wait_all();
+  if (s.gather_in_forward) s.stale = true;
 }
 
 void ShardedAdamW::gather_weights() {
   torch::NoGradGuard no_grad;
+  impl_->start_gathers();  // what the forward reads, when the last update left it to the next forward
   std::vector<const Sliced*> slices;
   for (const size_t i : impl_->stale_masters) slices.push_back(&impl_->params[i].master);
   std::vector<Impl::Pending> pending;
   auto works = impl_->all_gather(slices, pending);
   Impl::finish(works, pending);
+  impl_->wait_all();
 }
 
 torch::Tensor ShardedAdamW::exp_avg(size_t i) const { return impl_->gather_moment(i, impl_->params.at(i).exp_avg); }
@@ -311,9 +379,9 @@ int64_t ShardedAdamW::state_bytes() const {
   return bytes;
 }
 
-OptimizerMaker sharded_adamw(DistributedContext& context) {
-  return [&context](const Transformer& model, const AdamWOptions& options) -> std::unique_ptr<Optimizer> {
-    return std::make_unique<ShardedAdamW>(context, model, options);
+OptimizerMaker sharded_adamw(DistributedContext& context, ZeroGather gather) {
+  return [&context, gather](const Transformer& model, const AdamWOptions& options) -> std::unique_ptr<Optimizer> {
+    return std::make_unique<ShardedAdamW>(context, model, options, gather);
   };
 }
 

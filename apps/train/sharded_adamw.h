@@ -10,9 +10,15 @@
 //   2. with clipping, the squared norms of every rank's slices are summed by an all-reduce: the global norm;
 //   3. each rank updates slice r of the fp32 masters (and of their bf16 compute copies) with tt::ops::adamw_update;
 //   4. the slices of what the forward reads (the gradient leaves: the compute copies in bf16 stages, the masters
-//      in fp32) are all-gathered in place, a layer at a time, each layer's all-gather beside the next one's update.
+//      in fp32) are all-gathered in place, a layer at a time (ZeroGather, apps/train/launcher.h): with kUpdate
+//      (the default) right after each layer's update, beside the next layer's update, the step ending when all
+//      are done; with kForward at the start of the next forward, every layer's all-gather queued before the
+//      embedding and each layer waiting for its own only (TransformerImpl::set_before_weights), so they run
+//      beside the forward.
 // Every element's arithmetic is unsharded AdamW's; only the global norm sums in another order (clipping only).
-// The fp32 masters a bf16 forward does not read are whole only after gather_weights() (checkpoints do it).
+// The fp32 masters a bf16 forward does not read are whole only after gather_weights() (checkpoints do it); with
+// kForward, so is everything else between steps: any forward gathers first (every rank must run it, as every
+// collective), and gather_weights() makes the whole model current.
 #pragma once
 
 #include <cstdint>
@@ -33,9 +39,17 @@ class ShardedAdamW final : public Optimizer {
   // Slices start at multiples of this many elements (256 bytes of fp32).
   static constexpr int64_t kSliceAlign = 64;
 
-  // The model must hold the same weights on every rank (broadcast_weights) before the first step.
-  ShardedAdamW(DistributedContext& context, const Transformer& model, const AdamWOptions& options);
+  // The model must hold the same weights on every rank (broadcast_weights) before the first step. With kForward
+  // the model's forward calls this optimizer (set_before_weights) until it is destroyed.
+  ShardedAdamW(DistributedContext& context, const Transformer& model, const AdamWOptions& options,
+               ZeroGather gather = kDefaultZeroGather);
   ~ShardedAdamW() override;
+
+  // A training step begins (DataParallelStep::step, on the host, for every step, replayed ones too): with
+  // kForward its forward all-gathers what the last update left stale. Called also when a replayed graph did the
+  // last update, which the host does not see; a step after gather_weights() gathers again (the same values).
+  void begin_step();
+  ZeroGather gather() const;
 
   // Queues the reduce-scatter (mean over ranks) of these gradient leaves' gradients into this rank's slices, on
   // the collectives' stream after what the current stream has queued. Every leaf of the model must pass through
@@ -53,7 +67,7 @@ class ShardedAdamW final : public Optimizer {
   void load_state(const std::vector<torch::Tensor>& exp_avg, const std::vector<torch::Tensor>& exp_avg_sq,
                   int64_t step) override;
   bool sharded() const override { return true; }
-  void gather_weights() override;
+  void gather_weights() override;  // the masters, and with kForward what the forward reads
   int64_t state_bytes() const override;  // this rank's slices only (no gather)
 
   struct Impl;  // slices, buffers and the update's plan (sharded_adamw.cpp)
@@ -63,6 +77,6 @@ class ShardedAdamW final : public Optimizer {
 };
 
 // The OptimizerMaker of a trainer whose optimizer is sharded over `context`'s ranks (which must outlive it).
-OptimizerMaker sharded_adamw(DistributedContext& context);
+OptimizerMaker sharded_adamw(DistributedContext& context, ZeroGather gather = kDefaultZeroGather);
 
 }  // namespace tt

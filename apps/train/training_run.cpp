@@ -9,6 +9,7 @@
 #include "apps/train/data_parallel_step.h"
 #include "apps/train/evaluation_report.h"
 #include "apps/train/run_result.h"
+#include "apps/train/sharded_adamw.h"
 #include "apps/train/system_info.h"
 #include "apps/train/data.h"
 #include "apps/results/text.h"
@@ -111,6 +112,7 @@ nlohmann::json run_training(Trainer& trainer, const RunExtras& extras, std::ostr
   std::vector<std::pair<int64_t, EvalResult>> eval_points;  // (run step, result), warm-up steps counted
   // Returns false when a stop signal cut the evaluation short (its partial figure is not recorded).
   auto evaluate_at = [&](int64_t step) {
+    trainer.optimizer().gather_weights();  // a sharded optimizer's weights are whole only after it (every rank)
     const EvalResult r = evaluate(trainer.model(), extras.eval_data->tokens, t.seq_len, t.batch_size, device, &log,
                                   kEvalProgressSeconds, extras.stop_requested);
     if (r.stopped) {
@@ -233,13 +235,12 @@ nlohmann::json distributed_report(DistributedContext& context, Trainer& trainer,
   if (!runner) throw std::runtime_error("distributed_report: the trainer's steps do not run data parallel");
   constexpr int kAllreduceRepeats = 20;
   const double allreduce_ms = context.time_allreduce_ms(runner->gradient_bytes(), kAllreduceRepeats);
-  // The weights the forward reads (the gradient leaves: the compute copies where the model has them), as the steps
-  // left them, then the masters, which a sharded optimizer gathers first (in bf16 runs they are current only in
-  // each rank's slices).
-  double weight_spread = context.max_difference_across_ranks(runner->leaves());
+  // The weights the forward reads (the gradient leaves: the compute copies where the model has them) and the
+  // masters, which a sharded optimizer gathers first (between steps they are current only in each rank's slices).
   Optimizer& optimizer = trainer.optimizer();
   optimizer.gather_weights();
-  weight_spread = std::max(weight_spread, context.max_difference_across_ranks(trainer.model()->parameters()));
+  const double weight_spread = std::max(context.max_difference_across_ranks(runner->leaves()),
+                                        context.max_difference_across_ranks(trainer.model()->parameters()));
   const bool sharded = optimizer.sharded();
   double gradient_bytes = 0;
   for (const auto& [dtype, bytes] : runner->gradient_bytes()) gradient_bytes += static_cast<double>(bytes);
@@ -279,6 +280,7 @@ nlohmann::json distributed_report(DistributedContext& context, Trainer& trainer,
                             "all-gathers the weights, so this is a reference for its communication, not a part of it"
                           : "");
   out["optimizer_sharded"] = sharded;
+  if (const auto* zero = dynamic_cast<const ShardedAdamW*>(&optimizer)) out["zero_gather"] = to_string(zero->gather());
   out["optimizer_state_mb_per_gpu"] = static_cast<double>(optimizer.state_bytes()) / (1 << 20);
   out["optimizer_state_what"] =
       sharded ? "this rank's slices of AdamW's moments m and v (ZeRO-1; every rank holds one slice of each parameter); "
