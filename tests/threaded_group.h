@@ -7,6 +7,7 @@
 
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -31,6 +32,7 @@ class ThreadedBackend final : public c10d::Backend {
     std::vector<std::vector<at::Tensor>*> slots;  // each waiting rank's tensors
     std::vector<std::string> calls;  // and the collective it called, with its tensors' dtypes and shapes
     std::string error;  // the last collective's, for every rank to throw
+    std::shared_ptr<const std::vector<at::Tensor>> gathered;  // the last all-gather's outputs (the same on every rank)
   };
 
   ThreadedBackend(std::shared_ptr<Hub> hub, int rank) : Backend(rank, hub->size), hub_(std::move(hub)) {}
@@ -86,7 +88,9 @@ class ThreadedBackend final : public c10d::Backend {
     return done(outputs);
   }
   // Every rank's output receives every rank's input, in rank order, as NCCL does: the output is contiguous, of
-  // world x the input's elements, whatever its shape; an input may be its own slice of the output.
+  // world x the input's elements, whatever its shape; an input may be its own slice of the output. The outputs
+  // change only when this rank waits for the work (Work::wait), as a GPU stream sees an NCCL all-gather's result
+  // only after waiting for it: code that reads an output before its wait reads the old values, and fails its test.
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
                                                                  const c10d::AllgatherOptions&) override {
@@ -94,18 +98,21 @@ class ThreadedBackend final : public c10d::Backend {
     both.insert(both.end(), outputs.begin(), outputs.end());
     const size_t n = inputs.size();
     meet("allgather", both, [&](std::vector<std::vector<at::Tensor>*>& all) {
-      for (size_t i = 0; i < n; ++i)
-        for (size_t q = 0; q < all.size(); ++q)
-          for (size_t r = 0; r < all.size(); ++r) {
-            const at::Tensor& in = (*all[r])[i];
-            const at::Tensor& out = (*all[q])[n + i];
-            TORCH_CHECK(out.is_contiguous() && out.numel() == static_cast<int64_t>(all.size()) * in.numel(),
-                        "ThreadedBackend: an all-gather's output must be contiguous, world x its input's elements");
-            at::Tensor slot = out.view({-1}).narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel());
-            if (slot.data_ptr() != in.data_ptr()) slot.copy_(in.reshape({-1}));
-          }
+      auto gathered = std::make_shared<std::vector<at::Tensor>>();
+      for (size_t i = 0; i < n; ++i) {
+        std::vector<at::Tensor> parts;
+        for (size_t r = 0; r < all.size(); ++r) parts.push_back((*all[r])[i].reshape({-1}));
+        gathered->push_back(at::cat(parts));  // a copy: the inputs may be slices of the outputs
+        for (size_t q = 0; q < all.size(); ++q) {
+          const at::Tensor& out = (*all[q])[n + i];
+          TORCH_CHECK(out.is_contiguous() && out.numel() == gathered->back().numel(),
+                      "ThreadedBackend: an all-gather's output must be contiguous, world x its input's elements");
+        }
+      }
+      hub_->gathered = std::move(gathered);
     });
-    return done(outputs);
+    // Read before the next collective, which only this rank's arrival lets any rank combine.
+    return c10::make_intrusive<Delivered>(outputs, hub_->gathered);
   }
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& options) override {
@@ -138,6 +145,25 @@ class ThreadedBackend final : public c10d::Backend {
    private:
     c10::intrusive_ptr<c10::ivalue::Future> future_;
   };
+  // An all-gather whose outputs receive their values when this rank waits for it.
+  class Delivered final : public c10d::Work {
+   public:
+    Delivered(std::vector<at::Tensor> outputs, std::shared_ptr<const std::vector<at::Tensor>> gathered)
+        : outputs_(std::move(outputs)), gathered_(std::move(gathered)) {}
+    bool isCompleted() override { return delivered_; }
+    bool wait(std::chrono::milliseconds) override {
+      if (!delivered_)
+        for (size_t i = 0; i < outputs_.size(); ++i) outputs_[i].view({-1}).copy_((*gathered_)[i]);
+      delivered_ = true;
+      return true;
+    }
+
+   private:
+    std::vector<at::Tensor> outputs_;
+    std::shared_ptr<const std::vector<at::Tensor>> gathered_;
+    bool delivered_ = false;
+  };
+
   static c10::intrusive_ptr<c10d::Work> done(const std::vector<at::Tensor>& tensors) {
     return c10::make_intrusive<Done>(tensors);
   }

@@ -58,18 +58,22 @@ struct ShardedAdamW::Impl {
   struct Range {
     size_t begin = 0, end = 0;   // in `update`
     std::vector<size_t> gather;  // indices in `leaves`
-    int64_t layer = -1;          // the forward's part that reads them first (TransformerImpl::set_before_weights)
+    int64_t layer = -1;          // layers.<layer>; -1 outside the layers
   };
   std::vector<Range> ranges;
-  // The all-gathers of what the forward reads, one entry per range: queued, not yet waited for.
+  // What one all-gather call brings, and the forward's part that waits for it (TransformerImpl::set_before_weights:
+  // -1 before the embedding, i before layer i, n before the final norm and the head). kUpdate: one group per range,
+  // queued after its update. kForward: queued together in the order the forward waits for them.
   struct Pending {
     torch::Tensor into, from;
   };
-  struct Gathers {
-    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  struct Group {
+    std::vector<size_t> leaves;  // indices in `leaves`
+    int64_t part = -1;
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;  // queued, not yet waited for
     std::vector<Pending> pending;
   };
-  std::vector<Gathers> gathers;
+  std::vector<Group> groups;
   bool gather_in_forward;  // ZeroGather::kForward
   // Outside this rank's slices, what the forward reads holds other ranks' values of before the last update.
   bool stale = false;
@@ -138,17 +142,7 @@ struct ShardedAdamW::Impl {
       r.end = update.size();
       ranges.push_back(std::move(r));
     }
-    // The parameters outside the layers: before them the embedding (part -1: it may also be the tied head's),
-    // after them the final norm and an untied head (part n, before the final norm). Parts then grow with the
-    // ranges, so the all-gathers, queued in range order, complete in the order the forward waits for them.
-    int64_t layers_seen = 0;
-    for (auto& r : ranges) {
-      if (r.layer >= 0)
-        layers_seen = r.layer + 1;
-      else
-        r.layer = layers_seen > 0 ? layers_seen : -1;
-    }
-    gathers.resize(ranges.size());
+    gather_groups(gather);
     partials = update.empty() ? torch::zeros({1}, state.options()) : ops::adamw_partials(update, state);
     norm = torch::zeros({1}, state.options());
   }
@@ -210,31 +204,55 @@ struct ShardedAdamW::Impl {
     pending.clear();
   }
 
-  // Queues the all-gather of range r's leaves (this rank's slices of what the forward reads).
-  void queue_gather(size_t r) {
-    std::vector<const Sliced*> slices;
-    for (const size_t leaf : ranges[r].gather) slices.push_back(&leaves[leaf].sliced);
-    for (auto& work : all_gather(slices, gathers[r].pending)) gathers[r].works.push_back(std::move(work));
+  // The groups (above). With kForward a layer's leaves are waited for before that layer; the leaves outside the
+  // layers before the embedding, except the one only the output head reads (its compute copy, or an untied head),
+  // waited for before the final norm and queued last: the forward starts once the embedding's weights are in.
+  void gather_groups(ZeroGather gather) {
+    const int64_t n_layers = static_cast<int64_t>(model->layers->size());
+    if (gather == ZeroGather::kUpdate) {
+      for (const auto& r : ranges) groups.push_back({r.gather, r.layer});
+      return;
+    }
+    const torch::Tensor& lookup = model->embed_tokens->weight;
+    torch::Tensor head = model->config().tie_embeddings ? lookup : model->lm_head_weight;
+    for (const auto& c : model->compute_copies())
+      if (c.master.is_same(head)) head = c.copy;
+    Group last{{}, n_layers};
+    for (const auto& r : ranges) {
+      Group g{{}, r.layer};
+      for (const size_t leaf : r.gather)
+        (r.layer < 0 && leaves[leaf].tensor.is_same(head) && !head.is_same(lookup) ? last : g).leaves.push_back(leaf);
+      if (!g.leaves.empty()) groups.push_back(std::move(g));
+    }
+    if (!last.leaves.empty()) groups.push_back(std::move(last));
+    std::stable_sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) { return a.part < b.part; });
   }
-  void wait_for(int64_t layer) {
-    for (size_t r = 0; r < ranges.size(); ++r)
-      if (ranges[r].layer == layer) finish(gathers[r].works, gathers[r].pending);
+
+  // Queues group g's all-gather (this rank's slices of what the forward reads).
+  void queue_gather(size_t g) {
+    std::vector<const Sliced*> slices;
+    for (const size_t leaf : groups[g].leaves) slices.push_back(&leaves[leaf].sliced);
+    for (auto& work : all_gather(slices, groups[g].pending)) groups[g].works.push_back(std::move(work));
+  }
+  void wait_for(int64_t part) {
+    for (auto& g : groups)
+      if (g.part == part) finish(g.works, g.pending);
   }
   void wait_all() {
-    for (auto& g : gathers) finish(g.works, g.pending);
+    for (auto& g : groups) finish(g.works, g.pending);
   }
-  // Every range's all-gather, in the forward's order, when the forward's weights are stale.
+  // Every group's all-gather, in the forward's order, when the forward's weights are stale.
   void start_gathers() {
     if (!stale) return;
-    for (size_t r = 0; r < ranges.size(); ++r) queue_gather(r);
+    for (size_t g = 0; g < groups.size(); ++g) queue_gather(g);
     stale = false;
   }
   // The forward, before it reads a part's weights: the first part queues every all-gather (on NCCL's stream, beside
   // the forward), and each part waits for its own only.
-  void before_weights(int64_t layer) {
+  void before_weights(int64_t part) {
     torch::NoGradGuard no_grad;
-    if (layer < 0) start_gathers();
-    wait_for(layer);
+    if (part < 0) start_gathers();
+    wait_for(part);
   }
 
   // A moment of parameter i, whole (each rank's slice gathered).

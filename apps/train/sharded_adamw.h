@@ -12,9 +12,10 @@
 //   4. the slices of what the forward reads (the gradient leaves: the compute copies in bf16 stages, the masters
 //      in fp32) are all-gathered in place, a layer at a time (ZeroGather, apps/train/launcher.h): with kUpdate
 //      (the default) right after each layer's update, beside the next layer's update, the step ending when all
-//      are done; with kForward at the start of the next forward, every layer's all-gather queued before the
-//      embedding and each layer waiting for its own only (TransformerImpl::set_before_weights), so they run
-//      beside the forward.
+//      are done; with kForward at the start of the next forward, every all-gather queued before the embedding, in
+//      the order the forward reads them, and each part waiting for its own only (TransformerImpl::
+//      set_before_weights: the embedding's and the norms' outside the layers before the embedding, a layer's
+//      before it, the output head's own weight before the final norm), so they run beside the forward.
 // Every element's arithmetic is unsharded AdamW's; only the global norm sums in another order (clipping only).
 // The fp32 masters a bf16 forward does not read are whole only after gather_weights() (checkpoints do it); with
 // kForward, so is everything else between steps: any forward gathers first (every rank must run it, as every
