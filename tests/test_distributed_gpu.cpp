@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "apps/train/run_result.h"
@@ -400,6 +401,56 @@ TEST(DataParallelGpu, ShardedOptimizerOnTwoGpusEqualsTheUnshardedOne) {
   EXPECT_EQ(read_json_file((dir / "resumed_one.json").string()).at("first_step"), 10);
   launched("resumed_two", " --dtype bf16 --shard-optimizer --resume " + (dir / "whole_bf16.pt").string(), 12);
   EXPECT_EQ(read_json_file((dir / "resumed_two.json").string()).at("first_step"), 10);
+  testing::remove_tree(dir);
+}
+
+// ZeRO-1's two gather schedules move the same bytes with the same collectives, only at another time: `update`
+// all-gathers after each step's update, `forward` queues the gathers at the next step's start and each part of
+// the forward waits for its own. v4 graphed in bf16 (the compute copies gathered), clipping on, evaluations
+// between steps and a checkpoint at the end (both must gather first under `forward`): everything bitwise equal.
+// A part that waits for the wrong gather reads stale weights and changes the losses.
+TEST(DataParallelGpu, ZeroGatherForwardEqualsUpdateBitwise) {
+  TT_REQUIRE_NCCL_GPUS(2);
+  const fs::path dir = testing::fresh_dir("tt_dp_zero_gather");
+  const std::string binary = (build_dir() / "v4_ultra").string();
+  const fs::path text = dir / "eval.txt";
+  {
+    std::ofstream out(text);
+    for (int i = 0; i < 200; ++i) out << "the quick brown fox jumps over the lazy dog " << i << "\n";
+  }
+  std::map<std::string, nlohmann::json> results;
+  std::map<std::string, Checkpoint> checkpoints;
+  for (const std::string mode : {"update", "forward"}) {
+    const fs::path log = dir / (mode + ".log"), json = dir / (mode + ".json"), pt = dir / (mode + ".pt");
+    ASSERT_EQ(shell(launcher() + " --nproc 2 --master-port " + std::to_string(free_port()) + " " + binary + " " +
+                    stage_flags(2, json, 10) + " --dtype bf16 --grad-clip 0.5 --shard-optimizer --zero-gather " +
+                    mode + " --eval-data " + text.string() + " --eval-every 3 --save-checkpoint " + pt.string() +
+                    " > " + log.string() + " 2>&1"),
+              0)
+        << read_text(log);
+    results[mode] = read_json_file(json.string());
+    checkpoints.emplace(mode, read_checkpoint(pt.string()));
+    EXPECT_EQ(results[mode].at("distributed").at("zero_gather"), mode);
+    if (mode == "forward" && !std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")) {  // scripts/launch.sh sets it
+      EXPECT_EQ(results[mode].at("distributed").at("cuda_device_max_connections"), "32");
+    }
+    EXPECT_TRUE(results[mode].at("stage").at("components").at("step").get<std::string>().find("graph") !=
+                std::string::npos)
+        << results[mode].at("stage").at("components").at("step");
+  }
+  const auto& u = results.at("update");
+  const auto& f = results.at("forward");
+  EXPECT_EQ(f.at("losses"), u.at("losses"));
+  ASSERT_EQ(u.at("evaluation").at("curve").size(), 4u) << u.at("evaluation");  // after steps 3, 6, 9 and 10
+  EXPECT_EQ(f.at("evaluation").at("curve"), u.at("evaluation").at("curve"));
+  const Checkpoint& a = checkpoints.at("forward");
+  const Checkpoint& b = checkpoints.at("update");
+  EXPECT_EQ(a.step, b.step);
+  for (const auto& [name, w] : b.weights) EXPECT_TRUE(torch::equal(a.weights.at(name), w)) << name;
+  for (const auto& [name, m] : b.exp_avg) {
+    EXPECT_TRUE(torch::equal(a.exp_avg.at(name), m)) << name;
+    EXPECT_TRUE(torch::equal(a.exp_avg_sq.at(name), b.exp_avg_sq.at(name))) << name;
+  }
   testing::remove_tree(dir);
 }
 

@@ -2,6 +2,7 @@
 # CPU test of scripts/launch.sh with a stand-in program: the variables each rank gets, the exit status,
 # and that the other ranks are stopped when one fails or is killed. Run by ctest (label cpu).
 set -uo pipefail
+unset CUDA_DEVICE_MAX_CONNECTIONS  # the checks below expect it unset unless the launcher sets it
 root=$(cd "$(dirname "$0")/.." && pwd)
 launch="$root/scripts/launch.sh"
 work=$(mktemp -d)
@@ -17,6 +18,7 @@ check() {  # check <description> <command...>: the command must succeed
 cat > "$work/rank.sh" <<'EOF'
 #!/usr/bin/env bash
 echo "$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $*" > "$OUT/env.$RANK"
+echo "${CUDA_DEVICE_MAX_CONNECTIONS:-unset}" > "$OUT/queues.$RANK"
 echo $$ > "$OUT/pid.$RANK"
 echo "hello from $RANK"
 case "${ACTION:-}:$RANK" in
@@ -36,6 +38,22 @@ for r in 0 1 2; do
   check "rank $r variables and flags" [ "$(cat "$work/ok/env.$r")" = "$r $r 3 3 127.0.0.1 29650 --config x.json --dtype bf16" ]
 done
 check "output lines carry the rank" grep -q '^\[rank 2\] hello from 2$' "$work/ok.log"
+check "no hardware queues set without --zero-gather forward" [ "$(cat "$work/ok/queues.1")" = unset ]
+
+# ZeRO-1's --zero-gather forward (either spelling): every rank gets CUDA_DEVICE_MAX_CONNECTIONS=32, unless the
+# environment sets it; --zero-gather update leaves it alone.
+for flags in "--zero-gather forward" "--zero-gather=forward" "--zero-gather update"; do
+  expected=32
+  [ "$flags" = "--zero-gather update" ] && expected=unset
+  mkdir -p "$work/queues"
+  OUT="$work/queues" bash "$launch" --nproc 2 "$work/rank.sh" --shard-optimizer $flags > "$work/queues.log" 2>&1
+  for r in 0 1; do
+    check "$flags: rank $r hardware queues $expected" [ "$(cat "$work/queues/queues.$r")" = "$expected" ]
+  done
+done
+OUT="$work/queues" CUDA_DEVICE_MAX_CONNECTIONS=16 bash "$launch" --nproc 2 "$work/rank.sh" --zero-gather forward \
+  > "$work/queues.log" 2>&1
+check "the environment's hardware queues are kept" [ "$(cat "$work/queues/queues.1")" = 16 ]
 
 # One rank fails: its status comes back, and the sleeping ranks are stopped (not waited for).
 for action in fail kill; do

@@ -221,6 +221,8 @@ RunOutcome execute_run(RunPlan plan, std::ostream& log) {
   const RunConfig& config = plan.config;
   const RunOptions& options = plan.options;
   const StageSpec& spec = plan.spec;
+  if (plan.dist.enabled && config.training.shard_optimizer)
+    check_hardware_queues(options.zero_gather.value_or(kDefaultZeroGather), log);
   std::unique_ptr<DistributedContext> context;
   if (plan.dist.enabled) {
     try {

@@ -1,6 +1,8 @@
 #include "apps/train/sharded_adamw.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -63,19 +65,25 @@ struct ShardedAdamW::Impl {
   std::vector<Range> ranges;
   // What one all-gather call brings, and the forward's part that waits for it (TransformerImpl::set_before_weights:
   // -1 before the embedding, i before layer i, n before the final norm and the head). kUpdate: one group per range,
-  // queued after its update. kForward: queued together in the order the forward waits for them.
+  // queued after its update. kForward: the first two queued after their updates, the others together by the
+  // forward, in the order it waits for them.
   struct Pending {
     torch::Tensor into, from;
   };
   struct Group {
     std::vector<size_t> leaves;  // indices in `leaves`
     int64_t part = -1;
+    // kForward: queued by step() right after the update of ranges[after] (the forward's first parts: nothing
+    // could run beside their gathers in the forward, while the later layers' updates can), not by the forward.
+    bool with_update = false;
+    size_t after = 0;
     std::vector<c10::intrusive_ptr<c10d::Work>> works;  // queued, not yet waited for
     std::vector<Pending> pending;
   };
   std::vector<Group> groups;
   bool gather_in_forward;  // ZeroGather::kForward
-  // Outside this rank's slices, what the forward reads holds other ranks' values of before the last update.
+  // kForward: outside this rank's slices, the groups the forward gathers hold other ranks' values of before the
+  // last update (the step's own gathers, with_update, are current).
   bool stale = false;
   Transformer model;  // whose forward calls before_weights()
   std::vector<size_t> stale_masters;  // parameters whose master is no leaf: gathered by gather_weights() only
@@ -204,24 +212,41 @@ struct ShardedAdamW::Impl {
     pending.clear();
   }
 
-  // The groups (above). With kForward a layer's leaves are waited for before that layer; the leaves outside the
-  // layers before the embedding, except the one only the output head reads (its compute copy, or an untied head),
-  // waited for before the final norm and queued last: the forward starts once the embedding's weights are in.
+  // The groups (above). With kForward a layer's leaves are waited for before that layer, those before the layers
+  // (the embedding's) before the embedding, and those after them (the final norm's, an untied head's) and the one
+  // only the output head reads (a tied head's compute copy) before the final norm, queued last. The embedding's
+  // and layer 0's groups are gathered by step() after their updates, beside the later layers' updates, so the
+  // next forward starts at once; each later layer's gather runs beside the layers before it.
   void gather_groups(ZeroGather gather) {
     const int64_t n_layers = static_cast<int64_t>(model->layers->size());
     if (gather == ZeroGather::kUpdate) {
-      for (const auto& r : ranges) groups.push_back({r.gather, r.layer});
+      for (size_t i = 0; i < ranges.size(); ++i) {
+        Group g;
+        g.leaves = ranges[i].gather;
+        g.part = ranges[i].layer;
+        g.after = i;
+        groups.push_back(std::move(g));
+      }
       return;
     }
     const torch::Tensor& lookup = model->embed_tokens->weight;
     torch::Tensor head = model->config().tie_embeddings ? lookup : model->lm_head_weight;
     for (const auto& c : model->compute_copies())
       if (c.master.is_same(head)) head = c.copy;
-    Group last{{}, n_layers};
-    for (const auto& r : ranges) {
-      Group g{{}, r.layer};
+    Group last;
+    last.part = n_layers;
+    last.after = ranges.size() - 1;
+    bool after_layers = false;
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      const Range& r = ranges[i];
+      if (r.layer >= 0) after_layers = true;
+      Group g;
+      g.part = r.layer >= 0 ? r.layer : (after_layers ? n_layers : -1);
+      g.after = i;
+      g.with_update = g.part <= 0;
       for (const size_t leaf : r.gather)
-        (r.layer < 0 && leaves[leaf].tensor.is_same(head) && !head.is_same(lookup) ? last : g).leaves.push_back(leaf);
+        (g.part == n_layers || (leaves[leaf].tensor.is_same(head) && !head.is_same(lookup)) ? last : g)
+            .leaves.push_back(leaf);
       if (!g.leaves.empty()) groups.push_back(std::move(g));
     }
     if (!last.leaves.empty()) groups.push_back(std::move(last));
@@ -241,10 +266,11 @@ struct ShardedAdamW::Impl {
   void wait_all() {
     for (auto& g : groups) finish(g.works, g.pending);
   }
-  // Every group's all-gather, in the forward's order, when the forward's weights are stale.
+  // The all-gathers the last update left to the forward, in the forward's order, when they are stale.
   void start_gathers() {
     if (!stale) return;
-    for (size_t g = 0; g < groups.size(); ++g) queue_gather(g);
+    for (size_t g = 0; g < groups.size(); ++g)
+      if (!groups[g].with_update) queue_gather(g);
     stale = false;
   }
   // The forward, before it reads a part's weights: the first part queues every all-gather (on NCCL's stream, beside
@@ -350,7 +376,8 @@ void ShardedAdamW::step() {
   for (size_t r = 0; r < s.ranges.size(); ++r) {
     const auto& range = s.ranges[r];
     if (range.begin < range.end) ops::adamw_update(s.update, range.begin, range.end, s.state, s.hyper);
-    if (!s.gather_in_forward) s.queue_gather(r);
+    for (size_t g = 0; g < s.groups.size(); ++g)
+      if ((!s.gather_in_forward || s.groups[g].with_update) && s.groups[g].after == r) s.queue_gather(g);
   }
   s.wait_all();
   if (s.gather_in_forward) s.stale = true;
@@ -395,6 +422,18 @@ int64_t ShardedAdamW::state_bytes() const {
   for (const auto& p : impl_->params)
     bytes += (p.exp_avg.numel() + p.exp_avg_sq.numel()) * static_cast<int64_t>(p.exp_avg.element_size());
   return bytes;
+}
+
+std::optional<std::string> hardware_queues() {
+  const char* set = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  return set ? std::optional<std::string>(set) : std::nullopt;
+}
+
+void check_hardware_queues(ZeroGather gather, std::ostream& log) {
+  if (gather != ZeroGather::kForward || hardware_queues()) return;
+  log << "warning: --zero-gather forward without CUDA_DEVICE_MAX_CONNECTIONS in the environment: with CUDA's "
+      << "default of 8 hardware queues the forward waited behind the all-gathers (docs/multi-gpu.md); "
+      << "scripts/launch.sh sets 32, other launchers must export it" << std::endl;
 }
 
 OptimizerMaker sharded_adamw(DistributedContext& context, ZeroGather gather) {

@@ -12,10 +12,12 @@
 //   4. the slices of what the forward reads (the gradient leaves: the compute copies in bf16 stages, the masters
 //      in fp32) are all-gathered in place, a layer at a time (ZeroGather, apps/train/launcher.h): with kUpdate
 //      (the default) right after each layer's update, beside the next layer's update, the step ending when all
-//      are done; with kForward at the start of the next forward, every all-gather queued before the embedding, in
-//      the order the forward reads them, and each part waiting for its own only (TransformerImpl::
-//      set_before_weights: the embedding's and the norms' outside the layers before the embedding, a layer's
-//      before it, the output head's own weight before the final norm), so they run beside the forward.
+//      are done; with kForward the embedding's and layer 0's right after their updates (beside the later layers'
+//      updates) and the others at the start of the next forward, queued before the embedding in the order the
+//      forward reads them, each part waiting for its own only (TransformerImpl::set_before_weights: a layer's
+//      before it; the final norm's, the output head's own weight and an untied head before the final norm), so
+//      they run beside the forward. kForward needs more of the GPU's hardware queues than CUDA's default 8
+//      (check_hardware_queues, below).
 // Every element's arithmetic is unsharded AdamW's; only the global norm sums in another order (clipping only).
 // The fp32 masters a bf16 forward does not read are whole only after gather_weights() (checkpoints do it); with
 // kForward, so is everything else between steps: any forward gathers first (every rank must run it, as every
@@ -24,6 +26,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -76,6 +81,14 @@ class ShardedAdamW final : public Optimizer {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// CUDA_DEVICE_MAX_CONNECTIONS as the environment sets it (the GPU's hardware queues; CUDA's default is 8).
+std::optional<std::string> hardware_queues();
+// With kForward, warns on `log` when the environment does not set CUDA_DEVICE_MAX_CONNECTIONS: CUDA reads it
+// before a program could, so the launcher must (scripts/launch.sh sets 32 for --zero-gather forward). Measured on
+// 2 x H200 (docs/multi-gpu.md): with 8 queues the graph's gather branches shared queues with the forward, whose
+// first attention waited 3 ms behind them; with 32 none did.
+void check_hardware_queues(ZeroGather gather, std::ostream& log);
 
 // The OptimizerMaker of a trainer whose optimizer is sharded over `context`'s ranks (which must outlive it).
 OptimizerMaker sharded_adamw(DistributedContext& context, ZeroGather gather = kDefaultZeroGather);

@@ -280,7 +280,11 @@ nlohmann::json distributed_report(DistributedContext& context, Trainer& trainer,
                             "all-gathers the weights, so this is a reference for its communication, not a part of it"
                           : "");
   out["optimizer_sharded"] = sharded;
-  if (const auto* zero = dynamic_cast<const ShardedAdamW*>(&optimizer)) out["zero_gather"] = to_string(zero->gather());
+  if (const auto* zero = dynamic_cast<const ShardedAdamW*>(&optimizer)) {
+    out["zero_gather"] = to_string(zero->gather());
+    const auto queues = hardware_queues();  // what kForward's overlap depends on (null: CUDA's default, 8)
+    out["cuda_device_max_connections"] = queues ? nlohmann::json(*queues) : nlohmann::json(nullptr);
+  }
   out["optimizer_state_mb_per_gpu"] = static_cast<double>(optimizer.state_bytes()) / (1 << 20);
   out["optimizer_state_what"] =
       sharded ? "this rank's slices of AdamW's moments m and v (ZeRO-1; every rank holds one slice of each parameter); "
