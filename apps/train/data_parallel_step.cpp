@@ -233,7 +233,7 @@ std::vector<std::vector<torch::Tensor>> layer_groups(Transformer& model, const s
 
 DataParallelStep::DataParallelStep(DistributedContext& context, Transformer model, Optimizer& optimizer,
                                    int64_t accum_steps, GradientSync sync, int64_t capture_at, bool embedding_rows)
-    : accum_steps_(accum_steps), sync_(sync), sharded_(optimizer.sharded()) {
+    : accum_steps_(accum_steps), sync_(sync) {
   TORCH_CHECK(accum_steps >= 1, "DataParallelStep: accum_steps must be >= 1, got ", accum_steps);
   TORCH_CHECK(capture_at < 0 || sync == GradientSync::kLayers,
               "DataParallelStep: the Reducer's host bookkeeping cannot be captured in a graph; use layers");
@@ -270,13 +270,13 @@ DataParallelStep::~DataParallelStep() = default;
 
 const char* DataParallelStep::describe() const {
   // The words before the colon are to_string(StepKind)'s (models/stage.cpp).
-  if (graph_ && sharded_)
+  if (graph_ && sharded())
     return "one CUDA/HIP graph: forward, backward with a reduce-scatter per layer, the sharded optimizer (ZeRO-1) and "
            "its all-gathers (data parallel) captured once, replayed every step";
   if (graph_)
     return "one CUDA/HIP graph: forward, backward with an all-reduce per layer (data parallel) and optimizer "
            "captured once, replayed every step";
-  if (sharded_) return "eager: op by op through LibTorch's autograd, data parallel (a reduce-scatter per layer, ZeRO-1)";
+  if (sharded()) return "eager: op by op through LibTorch's autograd, data parallel (a reduce-scatter per layer, ZeRO-1)";
   return sync_ == GradientSync::kReducer
              ? "eager: op by op through LibTorch's autograd, data parallel (c10d Reducer)"
              : "eager: op by op through LibTorch's autograd, data parallel (an all-reduce per layer)";

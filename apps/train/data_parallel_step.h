@@ -51,7 +51,7 @@ class DataParallelStep final : public StepRunner {
   bool exchanges_embedding_rows() const { return embedding_row_bytes_ > 0; }
   // Bytes one token adds to a rank's contribution to that exchange (its row and its id); 0 without it.
   int64_t embedding_row_bytes() const { return embedding_row_bytes_; }
-  bool sharded() const { return sharded_; }
+  bool sharded() const { return sharded_optimizer_ != nullptr; }
   // The tensors whose gradients are synchronised (gradient_leaves): the weights the forward reads.
   const std::vector<torch::Tensor>& leaves() const { return leaves_; }
   // Bytes of gradients averaged densely (all-reduced or reduce-scattered) per step, per dtype: every leaf's but
@@ -63,8 +63,8 @@ class DataParallelStep final : public StepRunner {
  private:
   int64_t accum_steps_;
   GradientSync sync_;
-  bool sharded_;  // the optimizer is sharded: reduce-scatter instead of all-reduce
-  ShardedAdamW* sharded_optimizer_ = nullptr;  // then it (a ShardedAdamW: the only sharded optimizer)
+  // The optimizer when it is sharded (a ShardedAdamW: the only sharded one): reduce-scatter instead of all-reduce.
+  ShardedAdamW* sharded_optimizer_ = nullptr;
   int64_t embedding_row_bytes_ = 0;
   std::vector<torch::Tensor> leaves_;
   std::vector<std::pair<torch::Dtype, int64_t>> gradient_bytes_;

@@ -273,8 +273,8 @@ struct ShardedAdamW::Impl {
       if (!groups[g].with_update) queue_gather(g);
     stale = false;
   }
-  // The forward, before it reads a part's weights: the first part queues every all-gather (on NCCL's stream, beside
-  // the forward), and each part waits for its own only.
+  // The forward, before it reads a part's weights: the first part queues the all-gathers the step left to it (on
+  // NCCL's stream, beside the forward), and each part waits for its own only.
   void before_weights(int64_t part) {
     torch::NoGradGuard no_grad;
     if (part < 0) start_gathers();
