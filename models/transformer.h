@@ -69,8 +69,8 @@ class TransformerImpl : public torch::nn::Module {
 
   // Called by the forward before it reads a part's weights: with -1 before the embedding, with i before layer i,
   // with the number of layers before the final norm and the head. A sharded optimizer (ZeRO-1,
-  // apps/train/sharded_adamw.h) waits there for that part's weights, all-gathered beside the forward. Empty: no
-  // call.
+  // apps/train/sharded_adamw.h) waits there for that part's weights, all-gathered beside the forward (or already
+  // by the step, for the first parts). Empty: no call.
   using BeforeWeights = std::function<void(int64_t layer)>;
   void set_before_weights(BeforeWeights before) { before_weights_ = std::move(before); }
 

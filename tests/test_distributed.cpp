@@ -622,30 +622,28 @@ class ScopedEnv {
   std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
 
-// Under a launcher a graphed stage keeps its graph (an all-reduce per layer, captured, the default) unless
-// --dp-sync reducer asks for the Reducer, which needs the eager step; eager stages stay eager either way.
 // --zero-gather forward needs more hardware queues than CUDA's default, which only the launching environment
 // can give (CUDA reads the variable first): a run without it says so; update, or a set variable, says nothing.
 TEST(DataParallelPlan, ZeroGatherForwardWarnsWithoutHardwareQueues) {
-  const char* before = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  const std::string saved = before ? before : "";
   auto warning = [](ZeroGather gather) {
     std::ostringstream log;
     check_hardware_queues(gather, log);
     return log.str();
   };
-  unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  EXPECT_FALSE(hardware_queues().has_value());
-  EXPECT_NE(warning(ZeroGather::kForward).find("warning: --zero-gather forward without CUDA_DEVICE_MAX_CONNECTIONS"),
-            std::string::npos);
-  EXPECT_EQ(warning(ZeroGather::kUpdate), "");
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);
+  for (const std::string unset : {"", "(unset)"}) {  // an empty value is no value, for CUDA as for us
+    ScopedEnv env(std::map<std::string, std::string>{{"CUDA_DEVICE_MAX_CONNECTIONS", unset}});
+    if (unset != "") ::unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    EXPECT_FALSE(hardware_queues().has_value());
+    EXPECT_MENTIONS(warning(ZeroGather::kForward), "warning: --zero-gather forward without CUDA_DEVICE_MAX_CONNECTIONS");
+    EXPECT_EQ(warning(ZeroGather::kUpdate), "");
+  }
+  ScopedEnv env(std::map<std::string, std::string>{{"CUDA_DEVICE_MAX_CONNECTIONS", "32"}});
   EXPECT_EQ(hardware_queues(), std::optional<std::string>("32"));
   EXPECT_EQ(warning(ZeroGather::kForward), "");
-  if (before) setenv("CUDA_DEVICE_MAX_CONNECTIONS", saved.c_str(), 1);
-  else unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
 }
 
+// Under a launcher a graphed stage keeps its graph (an all-reduce per layer, captured, the default) unless
+// --dp-sync reducer asks for the Reducer, which needs the eager step; eager stages stay eager either way.
 TEST(DataParallelPlan, GradientSyncAndStepKind) {
   DistributedEnv dist;
   dist.enabled = true;

@@ -405,8 +405,8 @@ TEST(DataParallelGpu, ShardedOptimizerOnTwoGpusEqualsTheUnshardedOne) {
 }
 
 // ZeRO-1's two gather schedules move the same bytes with the same collectives, only at another time: `update`
-// all-gathers after each step's update, `forward` queues the gathers at the next step's start and each part of
-// the forward waits for its own. v4 graphed in bf16 (the compute copies gathered), clipping on, evaluations
+// all-gathers after each step's update, `forward` gathers the embedding and layer 0 so too but queues the others
+// at the next step's start, each part of the forward waiting for its own. v4 graphed in bf16 (the compute copies gathered), clipping on, evaluations
 // between steps and a checkpoint at the end (both must gather first under `forward`): everything bitwise equal.
 // A part that waits for the wrong gather reads stale weights and changes the losses.
 TEST(DataParallelGpu, ZeroGatherForwardEqualsUpdateBitwise) {

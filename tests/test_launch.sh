@@ -42,9 +42,12 @@ check "no hardware queues set without --zero-gather forward" [ "$(cat "$work/ok/
 
 # ZeRO-1's --zero-gather forward (either spelling): every rank gets CUDA_DEVICE_MAX_CONNECTIONS=32, unless the
 # environment sets it; --zero-gather update leaves it alone.
-for flags in "--zero-gather forward" "--zero-gather=forward" "--zero-gather update"; do
+# A repeated flag counts by its last value, as the stage's parser takes it.
+for flags in "--zero-gather forward" "--zero-gather=forward" "--zero-gather update" \
+  "--zero-gather forward --zero-gather update" "--zero-gather=update --zero-gather forward" "--zero-gather"; do
   expected=32
-  [ "$flags" = "--zero-gather update" ] && expected=unset
+  case "$flags" in *update | "--zero-gather") expected=unset ;; esac
+  rm -rf "$work/queues"
   mkdir -p "$work/queues"
   OUT="$work/queues" bash "$launch" --nproc 2 "$work/rank.sh" --shard-optimizer $flags > "$work/queues.log" 2>&1
   for r in 0 1; do

@@ -104,8 +104,9 @@ cxxopts::Options make_options(const std::string& program) {
       cxxopts::value<std::string>())(
       "zero-gather",
       "with --shard-optimizer, when the updated weights are all-gathered: update (after each layer's update, beside "
-      "the next one's) or forward (in the next step, each layer's before its forward reads them, beside the "
-      "forward; needs CUDA_DEVICE_MAX_CONNECTIONS=32, which scripts/launch.sh sets) [default update]",
+      "the next one's) or forward (after layer 0, in the next step, each layer's before its forward reads them, "
+      "beside the forward; run it with CUDA_DEVICE_MAX_CONNECTIONS=32, which scripts/launch.sh sets) "
+      "[default update]",
       cxxopts::value<std::string>());
   add_config_flags(o);
   return o;

@@ -147,12 +147,14 @@ struct LayerSync final : DataParallelStep::State {
     std::vector<at::Tensor> outputs{all_ids, all_rows}, inputs{local_ids, local_rows};
     return context.group()->allgather_into_tensor_coalesced(outputs, inputs);
   }
-  // After the all-gather: the gradient becomes the mean of the ranks' rows, added in rank order.
+  // After the all-gather: the gradient becomes the mean of the ranks' rows, added in rank order. Only the rows
+  // some rank's tokens touched are zeroed first: the others are zero already (this rank's lookup touched none of
+  // them), and zeroing the whole gradient wrote 262 MB at medium (58 us of a step on an H200, by the trace).
   void average_rows() {
     torch::NoGradGuard no_grad;
     auto grad = lookup_leaf.grad();
     const int64_t world = context.world_size(), n = local_ids.size(0);
-    grad.zero_();
+    grad.index_fill_(0, all_ids, 0.0);
     for (int64_t r = 0; r < world; ++r) {
       const auto at = all_ids.narrow(0, r * n, n);
       grad.index_put_({at}, grad.index_select(0, at) + all_rows.narrow(0, r * n, n) / static_cast<double>(world));

@@ -259,8 +259,8 @@ const char* to_string(ZeroGather gather) { return gather == ZeroGather::kForward
 ZeroGather parse_zero_gather(const std::string& value) {
   if (value == "forward") return ZeroGather::kForward;
   if (value == "update") return ZeroGather::kUpdate;
-  throw ConfigError("--zero-gather '" + value + "' is not allowed: must be forward (in the next step, each layer's " +
-                    "weights before its forward) or update (after each layer's update)");
+  throw ConfigError("--zero-gather '" + value + "' is not allowed: must be forward (most layers' weights in the next " +
+                    "step, before that layer's forward) or update (after each layer's update)");
 }
 
 EmbeddingGradExchange parse_embedding_grad_exchange(const std::string& value) {

@@ -75,10 +75,10 @@ const char* to_string(EmbeddingGradExchange exchange);
 EmbeddingGradExchange parse_embedding_grad_exchange(const std::string& value);
 
 // When ZeRO-1 all-gathers the updated weights (--zero-gather, apps/train/sharded_adamw.h): kUpdate (the default)
-// after each layer's update, beside the next layer's, the step ending when all are done; kForward at the start of
-// the next step, each layer's forward waiting for its own weights only, so the all-gathers run beside the forward.
-// kForward's first version measured slower on 2 x H200 (its forward waited for every all-gather); the fixed one is
-// not measured yet (docs/multi-gpu.md).
+// after each layer's update, beside the next layer's, the step ending when all are done; kForward the embedding's
+// and layer 0's likewise, the others at the start of the next step, each layer's forward waiting for its own
+// weights only, so those all-gathers run beside the forward. On 2 x H200 kForward won by 0.14-0.21 ms given
+// CUDA_DEVICE_MAX_CONNECTIONS=32 and lost without it; its current form is not measured yet (docs/multi-gpu.md).
 enum class ZeroGather { kForward, kUpdate };
 constexpr ZeroGather kDefaultZeroGather = ZeroGather::kUpdate;
 const char* to_string(ZeroGather gather);

@@ -221,7 +221,7 @@ RunOutcome execute_run(RunPlan plan, std::ostream& log) {
   const RunConfig& config = plan.config;
   const RunOptions& options = plan.options;
   const StageSpec& spec = plan.spec;
-  if (plan.dist.enabled && config.training.shard_optimizer)
+  if (plan.dist.enabled && config.training.shard_optimizer && resolve_device(config.training.device).is_cuda())
     check_hardware_queues(options.zero_gather.value_or(kDefaultZeroGather), log);
   std::unique_ptr<DistributedContext> context;
   if (plan.dist.enabled) {

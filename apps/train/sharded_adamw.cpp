@@ -212,9 +212,10 @@ struct ShardedAdamW::Impl {
     pending.clear();
   }
 
-  // The groups (above). With kForward a layer's leaves are waited for before that layer, those before the layers
-  // (the embedding's) before the embedding, and those after them (the final norm's, an untied head's) and the one
-  // only the output head reads (a tied head's compute copy) before the final norm, queued last. The embedding's
+  // The groups (above). With kForward a layer's leaves are waited for before that layer, the embedding's before
+  // the embedding, and those after the layers (the final norm's) and what only the output head reads (an untied
+  // head, which comes before the layers in named_parameters(), or a tied head's compute copy) before the final
+  // norm, queued last. The embedding's
   // and layer 0's groups are gathered by step() after their updates, beside the later layers' updates, so the
   // next forward starts at once; each later layer's gather runs beside the layers before it.
   void gather_groups(ZeroGather gather) {
@@ -426,7 +427,7 @@ int64_t ShardedAdamW::state_bytes() const {
 
 std::optional<std::string> hardware_queues() {
   const char* set = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  return set ? std::optional<std::string>(set) : std::nullopt;
+  return set && *set ? std::optional<std::string>(set) : std::nullopt;  // empty: unset, as CUDA takes it
 }
 
 void check_hardware_queues(ZeroGather gather, std::ostream& log) {

@@ -15,13 +15,13 @@
 //      are done; with kForward the embedding's and layer 0's right after their updates (beside the later layers'
 //      updates) and the others at the start of the next forward, queued before the embedding in the order the
 //      forward reads them, each part waiting for its own only (TransformerImpl::set_before_weights: a layer's
-//      before it; the final norm's, the output head's own weight and an untied head before the final norm), so
+//      before it; the final norm's, a tied head's bf16 copy and an untied head before the final norm), so
 //      they run beside the forward. kForward needs more of the GPU's hardware queues than CUDA's default 8
 //      (check_hardware_queues, below).
 // Every element's arithmetic is unsharded AdamW's; only the global norm sums in another order (clipping only).
 // The fp32 masters a bf16 forward does not read are whole only after gather_weights() (checkpoints do it); with
-// kForward, so is everything else between steps: any forward gathers first (every rank must run it, as every
-// collective), and gather_weights() makes the whole model current.
+// kForward, so is everything after layer 0 between steps: any forward gathers first (every rank must run it, as
+// every collective), and gather_weights() makes the whole model current.
 #pragma once
 
 #include <cstdint>
@@ -84,7 +84,7 @@ class ShardedAdamW final : public Optimizer {
 
 // CUDA_DEVICE_MAX_CONNECTIONS as the environment sets it (the GPU's hardware queues; CUDA's default is 8).
 std::optional<std::string> hardware_queues();
-// With kForward, warns on `log` when the environment does not set CUDA_DEVICE_MAX_CONNECTIONS: CUDA reads it
+// With kForward on a GPU, warns on `log` when the environment does not set CUDA_DEVICE_MAX_CONNECTIONS: CUDA reads it
 // before a program could, so the launcher must (scripts/launch.sh sets 32 for --zero-gather forward). Measured on
 // 2 x H200 (docs/multi-gpu.md): with 8 queues the graph's gather branches shared queues with the forward, whose
 // first attention waited 3 ms behind them; with 32 none did.
