@@ -3,7 +3,7 @@
 #   scripts/launch.sh --nproc N [--master-port P] [--master-addr A] <stage> [stage flags...]
 # <stage> is v1_baseline, v2_fused, v3_custom, v4_ultra (from ${TT_BUILD_DIR:-build}/) or a path to a program.
 # Each copy gets RANK = LOCAL_RANK = 0..N-1, WORLD_SIZE = LOCAL_WORLD_SIZE = N, MASTER_ADDR, MASTER_PORT; its
-# output lines are prefixed with "[rank R]". With --zero-gather forward: CUDA_DEVICE_MAX_CONNECTIONS=32 unless set.
+# output lines are prefixed with "[rank R]".
 # When one copy fails, the others are stopped and this script exits with the failed copy's status (128 + signal
 # when it was killed); 0 when all succeed.
 set -uo pipefail
@@ -48,23 +48,6 @@ else
   program=${TT_BUILD_DIR:-$root/build}/$stage
 fi
 [ -x "$program" ] || fail "'$program' is not an executable program (build first: bash scripts/build.sh)"
-
-# ZeRO-1's --zero-gather forward runs the weights' all-gathers beside the forward: in a CUDA graph that takes more
-# hardware queues than CUDA's default 8 (measured on 2 x H200: the first layer's attention waited 3 ms behind the
-# gathers with 8, none with 32; docs/multi-gpu.md). CUDA reads the variable before a program can set it itself.
-# The stage's parser keeps a repeated flag's last value, and so does this scan.
-zero_gather=""
-for ((i = 1; i <= $#; i++)); do
-  next=$((i + 1))
-  case "${!i}" in
-    --zero-gather=*) zero_gather=${!i#*=} ;;
-    --zero-gather) zero_gather=${!next:-} ;;
-  esac
-done
-if [ "$zero_gather" = forward ] && [ -z "${CUDA_DEVICE_MAX_CONNECTIONS:-}" ]; then
-  export CUDA_DEVICE_MAX_CONNECTIONS=32
-  echo "[launch] --zero-gather forward: CUDA_DEVICE_MAX_CONNECTIONS=32 for every rank" >&2
-fi
 
 pids=()     # by rank
 live=()     # not yet reaped

@@ -622,24 +622,38 @@ class ScopedEnv {
   std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
 
-// --zero-gather forward needs more hardware queues than CUDA's default, which only the launching environment
-// can give (CUDA reads the variable first): a run without it says so; update, or a set variable, says nothing.
-TEST(DataParallelPlan, ZeroGatherForwardWarnsWithoutHardwareQueues) {
-  auto warning = [](ZeroGather gather) {
-    std::ostringstream log;
-    check_hardware_queues(gather, log);
-    return log.str();
-  };
-  for (const std::string unset : {"", "(unset)"}) {  // an empty value is no value, for CUDA as for us
+// --zero-gather forward needs more hardware queues than CUDA's default, which CUDA reads only when it starts: the
+// run asks for 32 (its stage then restarts with them) exactly when ZeRO-1 gathers in the forward, under a launcher,
+// off the CPU, and the environment gives none (an empty value is none, for CUDA as for us).
+TEST(DataParallelPlan, ZeroGatherForwardAsksForHardwareQueues) {
+  DistributedEnv dist;
+  dist.enabled = true;
+  dist.world_size = 2;
+  RunConfig sharded;
+  sharded.training.shard_optimizer = true;
+  sharded.training.device = "auto";
+  RunOptions defaults, forward, update;
+  forward.zero_gather = ZeroGather::kForward;
+  update.zero_gather = ZeroGather::kUpdate;
+  for (const std::string unset : {"", "(unset)"}) {
     ScopedEnv env(std::map<std::string, std::string>{{"CUDA_DEVICE_MAX_CONNECTIONS", unset}});
     if (unset != "") ::unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
     EXPECT_FALSE(hardware_queues().has_value());
-    EXPECT_MENTIONS(warning(ZeroGather::kForward), "warning: --zero-gather forward without CUDA_DEVICE_MAX_CONNECTIONS");
-    EXPECT_EQ(warning(ZeroGather::kUpdate), "");
+    EXPECT_EQ(hardware_queues_needed(sharded, defaults, dist), std::optional<std::string>("32"));  // the default
+    EXPECT_EQ(hardware_queues_needed(sharded, forward, dist), std::optional<std::string>("32"));
+    EXPECT_EQ(hardware_queues_needed(sharded, update, dist), std::nullopt);
+    RunConfig on_cuda = sharded, on_cpu = sharded, unsharded = sharded;
+    on_cuda.training.device = "cuda";
+    on_cpu.training.device = "cpu";
+    unsharded.training.shard_optimizer = false;
+    EXPECT_EQ(hardware_queues_needed(on_cuda, forward, dist), std::optional<std::string>("32"));
+    EXPECT_EQ(hardware_queues_needed(on_cpu, forward, dist), std::nullopt);
+    EXPECT_EQ(hardware_queues_needed(unsharded, defaults, dist), std::nullopt);
+    EXPECT_EQ(hardware_queues_needed(sharded, forward, DistributedEnv{}), std::nullopt);  // no launcher
   }
-  ScopedEnv env(std::map<std::string, std::string>{{"CUDA_DEVICE_MAX_CONNECTIONS", "32"}});
-  EXPECT_EQ(hardware_queues(), std::optional<std::string>("32"));
-  EXPECT_EQ(warning(ZeroGather::kForward), "");
+  ScopedEnv env(std::map<std::string, std::string>{{"CUDA_DEVICE_MAX_CONNECTIONS", "8"}});  // the user's choice stands
+  EXPECT_EQ(hardware_queues(), std::optional<std::string>("8"));
+  EXPECT_EQ(hardware_queues_needed(sharded, forward, dist), std::nullopt);
 }
 
 // Under a launcher a graphed stage keeps its graph (an all-reduce per layer, captured, the default) unless

@@ -431,8 +431,10 @@ TEST(DataParallelGpu, ZeroGatherForwardEqualsUpdateBitwise) {
     results[mode] = read_json_file(json.string());
     checkpoints.emplace(mode, read_checkpoint(pt.string()));
     EXPECT_EQ(results[mode].at("distributed").at("zero_gather"), mode);
-    if (mode == "forward" && !std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")) {  // scripts/launch.sh sets it
+    if (mode == "forward" && !std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")) {  // each rank restarted with it
       EXPECT_EQ(results[mode].at("distributed").at("cuda_device_max_connections"), "32");
+      EXPECT_NE(read_text(log).find("restarting with CUDA_DEVICE_MAX_CONNECTIONS=32"), std::string::npos)
+          << read_text(log);
     }
     EXPECT_TRUE(results[mode].at("stage").at("components").at("step").get<std::string>().find("graph") !=
                 std::string::npos)

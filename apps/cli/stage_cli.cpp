@@ -1,12 +1,15 @@
 #include "apps/cli/stage_cli.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <cxxopts.hpp>
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <unistd.h>
 
 #include "apps/cli/command_line.h"
 #include "apps/train/device.h"
@@ -105,8 +108,8 @@ cxxopts::Options make_options(const std::string& program) {
       "zero-gather",
       "with --shard-optimizer, when the updated weights are all-gathered: update (after each layer's update, beside "
       "the next one's) or forward (after layer 0, in the next step, each layer's before its forward reads them, "
-      "beside the forward; run it with CUDA_DEVICE_MAX_CONNECTIONS=32, which scripts/launch.sh sets) "
-      "[default update]",
+      "beside the forward; on a GPU it needs CUDA_DEVICE_MAX_CONNECTIONS=32, and a rank whose environment sets "
+      "none restarts itself with it) [default forward]",
       cxxopts::value<std::string>());
   add_config_flags(o);
   return o;
@@ -300,6 +303,21 @@ void print_summary(const std::string& stage, const nlohmann::json& s, bool on_gp
   print_teaching_lines(stage, s);
 }
 
+// CUDA reads CUDA_DEVICE_MAX_CONNECTIONS once, when it starts (setting it later changes nothing: measured on
+// 2 x H200, docs/multi-gpu.md). So a run that needs it (hardware_queues_needed) starts this program again with it
+// set, before anything touched the GPU: the same process (a launcher still waits for and signals the same pid),
+// the same arguments. Returns only if that fails.
+void restart_with_hardware_queues(char** argv, const std::string& queues, bool say) {
+  if (say)
+    std::cerr << "[note] --zero-gather forward runs the weights' all-gathers beside the forward, which needs more of "
+                 "the GPU's hardware queues than CUDA's default 8: restarting with CUDA_DEVICE_MAX_CONNECTIONS="
+              << queues << std::endl;
+  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", queues.c_str(), /*overwrite=*/1);
+  ::execv("/proc/self/exe", argv);
+  throw std::runtime_error("could not restart with CUDA_DEVICE_MAX_CONNECTIONS=" + queues + " (" +
+                           std::strerror(errno) + "): set it in the launching environment");
+}
+
 }  // namespace
 
 int stage_main(int argc, char** argv, const StageSpec& stage) {
@@ -328,7 +346,10 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
   }
   RunPlan plan;
   try {
-    plan = plan_run(stage, parsed.config, parsed.options, parse_distributed_env(process_env()));
+    const DistributedEnv dist = parse_distributed_env(process_env());
+    if (const auto queues = hardware_queues_needed(parsed.config, parsed.options, dist))
+      restart_with_hardware_queues(argv, *queues, dist.rank == 0);
+    plan = plan_run(stage, parsed.config, parsed.options, dist);
   } catch (const std::exception& e) {
     return refuse(stage.name, e);
   }

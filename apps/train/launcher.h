@@ -74,13 +74,14 @@ const char* to_string(EmbeddingGradExchange exchange);
 // "rows" or "dense"; throws ConfigError naming --dp-embedding-grad, the value and both allowed ones.
 EmbeddingGradExchange parse_embedding_grad_exchange(const std::string& value);
 
-// When ZeRO-1 all-gathers the updated weights (--zero-gather, apps/train/sharded_adamw.h): kUpdate (the default)
-// after each layer's update, beside the next layer's, the step ending when all are done; kForward the embedding's
-// and layer 0's likewise, the others at the start of the next step, each layer's forward waiting for its own
-// weights only, so those all-gathers run beside the forward. On 2 x H200 kForward won by 0.14-0.21 ms given
-// CUDA_DEVICE_MAX_CONNECTIONS=32 and lost without it; its current form is not measured yet (docs/multi-gpu.md).
+// When ZeRO-1 all-gathers the updated weights (--zero-gather, apps/train/sharded_adamw.h): kUpdate after each
+// layer's update, beside the next layer's, the step ending when all are done; kForward (the default) the
+// embedding's and layer 0's likewise, the others at the start of the next step, each layer's forward waiting for
+// its own weights only, so those all-gathers run beside the forward. On 2 x H200 (medium bf16, v4 graphed) kForward
+// ran 33.46-33.52 ms a step against kUpdate's 34.13-34.24, given the CUDA_DEVICE_MAX_CONNECTIONS=32 it needs
+// (hardware_queues_needed, apps/train/run.h); without it, it lost (docs/multi-gpu.md).
 enum class ZeroGather { kForward, kUpdate };
-constexpr ZeroGather kDefaultZeroGather = ZeroGather::kUpdate;
+constexpr ZeroGather kDefaultZeroGather = ZeroGather::kForward;
 const char* to_string(ZeroGather gather);
 // "forward" or "update"; throws ConfigError naming --zero-gather, the value and both allowed ones.
 ZeroGather parse_zero_gather(const std::string& value);

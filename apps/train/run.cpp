@@ -161,6 +161,13 @@ StageSpec effective_stage(const StageSpec& stage, const RunOptions& options, con
   return spec;
 }
 
+std::optional<std::string> hardware_queues_needed(const RunConfig& config, const RunOptions& options,
+                                                  const DistributedEnv& dist) {
+  if (!dist.enabled || !config.training.shard_optimizer || config.training.device == "cpu") return std::nullopt;
+  if (options.zero_gather.value_or(kDefaultZeroGather) != ZeroGather::kForward || hardware_queues()) return std::nullopt;
+  return "32";
+}
+
 RunPlan plan_run(const StageSpec& stage, const RunConfig& config, const RunOptions& options,
                  const DistributedEnv& dist) {
   RunPlan p;
@@ -221,8 +228,6 @@ RunOutcome execute_run(RunPlan plan, std::ostream& log) {
   const RunConfig& config = plan.config;
   const RunOptions& options = plan.options;
   const StageSpec& spec = plan.spec;
-  if (plan.dist.enabled && config.training.shard_optimizer && resolve_device(config.training.device).is_cuda())
-    check_hardware_queues(options.zero_gather.value_or(kDefaultZeroGather), log);
   std::unique_ptr<DistributedContext> context;
   if (plan.dist.enabled) {
     try {

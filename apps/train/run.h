@@ -67,6 +67,15 @@ struct RunPlan {
   RunCheckpoints checkpoints;             // the checkpoint folder, checked
 };
 
+// CUDA_DEVICE_MAX_CONNECTIONS (the GPU's hardware queues) as this run needs it set before CUDA starts, or nullopt:
+// "32" for ZeRO-1 with --zero-gather forward under a launcher, on a device other than the CPU, when the environment
+// sets none (an empty value is none, for CUDA as here). Its all-gathers run in branches of the CUDA graph beside the
+// forward, and with CUDA's default 8 queues they shared them with it: on 2 x H200 the first layer's attention waited
+// 3 ms behind them with 8, none with 32 (docs/multi-gpu.md). CUDA reads the variable once, when it starts, so the
+// stage's entry (apps/cli/stage_cli.cpp) restarts the process with it before anything touches the GPU.
+std::optional<std::string> hardware_queues_needed(const RunConfig& config, const RunOptions& options,
+                                                  const DistributedEnv& dist);
+
 // Every refusal of the run, before any work (nothing read but small files, no GPU memory taken): the stage's
 // flags, data parallel's options, every file the run will write, the checkpoint folder's rules, the resumed
 // checkpoint and the graph's warm-up. Throws ConfigError naming the flag, field or file (exit code 2).

@@ -430,13 +430,6 @@ std::optional<std::string> hardware_queues() {
   return set && *set ? std::optional<std::string>(set) : std::nullopt;  // empty: unset, as CUDA takes it
 }
 
-void check_hardware_queues(ZeroGather gather, std::ostream& log) {
-  if (gather != ZeroGather::kForward || hardware_queues()) return;
-  log << "warning: --zero-gather forward without CUDA_DEVICE_MAX_CONNECTIONS in the environment: with CUDA's "
-      << "default of 8 hardware queues the forward waited behind the all-gathers (docs/multi-gpu.md); "
-      << "scripts/launch.sh sets 32, other launchers must export it" << std::endl;
-}
-
 OptimizerMaker sharded_adamw(DistributedContext& context, ZeroGather gather) {
   return [&context, gather](const Transformer& model, const AdamWOptions& options) -> std::unique_ptr<Optimizer> {
     return std::make_unique<ShardedAdamW>(context, model, options, gather);

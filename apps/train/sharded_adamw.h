@@ -17,7 +17,7 @@
 //      forward reads them, each part waiting for its own only (TransformerImpl::set_before_weights: a layer's
 //      before it; the final norm's, a tied head's bf16 copy and an untied head before the final norm), so
 //      they run beside the forward. kForward needs more of the GPU's hardware queues than CUDA's default 8
-//      (check_hardware_queues, below).
+//      (hardware_queues, below).
 // Every element's arithmetic is unsharded AdamW's; only the global norm sums in another order (clipping only).
 // The fp32 masters a bf16 forward does not read are whole only after gather_weights() (checkpoints do it); with
 // kForward, so is everything after layer 0 between steps: any forward gathers first (every rank must run it, as
@@ -27,7 +27,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <ostream>
 #include <string>
 #include <vector>
 
@@ -82,13 +81,9 @@ class ShardedAdamW final : public Optimizer {
   std::unique_ptr<Impl> impl_;
 };
 
-// CUDA_DEVICE_MAX_CONNECTIONS as the environment sets it (the GPU's hardware queues; CUDA's default is 8).
+// CUDA_DEVICE_MAX_CONNECTIONS as the environment sets it (the GPU's hardware queues; CUDA's default is 8). kForward
+// needs 32 (hardware_queues_needed, apps/train/run.h, says when; the stage restarts itself with it).
 std::optional<std::string> hardware_queues();
-// With kForward on a GPU, warns on `log` when the environment does not set CUDA_DEVICE_MAX_CONNECTIONS: CUDA reads it
-// before a program could, so the launcher must (scripts/launch.sh sets 32 for --zero-gather forward). Measured on
-// 2 x H200 (docs/multi-gpu.md): with 8 queues the graph's gather branches shared queues with the forward, whose
-// first attention waited 3 ms behind them; with 32 none did.
-void check_hardware_queues(ZeroGather gather, std::ostream& log);
 
 // The OptimizerMaker of a trainer whose optimizer is sharded over `context`'s ranks (which must outlive it).
 OptimizerMaker sharded_adamw(DistributedContext& context, ZeroGather gather = kDefaultZeroGather);
