@@ -635,6 +635,10 @@ TEST(DataParallelPlan, ZeroGatherForwardAsksForHardwareQueues) {
   RunOptions defaults, forward, update;
   forward.zero_gather = ZeroGather::kForward;
   update.zero_gather = ZeroGather::kUpdate;
+#ifdef USE_ROCM
+  EXPECT_EQ(hardware_queues_needed(sharded, forward, dist), std::nullopt);  // HIP does not read CUDA's variable
+  return;
+#endif
   for (const std::string unset : {"", "(unset)"}) {
     ScopedEnv env(std::map<std::string, std::string>{{"CUDA_DEVICE_MAX_CONNECTIONS", unset}});
     if (unset != "") ::unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");

@@ -72,7 +72,8 @@ struct RunPlan {
 // sets none (an empty value is none, for CUDA as here). Its all-gathers run in branches of the CUDA graph beside the
 // forward, and with CUDA's default 8 queues they shared them with it: on 2 x H200 the first layer's attention waited
 // 3 ms behind them with 8, none with 32 (docs/multi-gpu.md). CUDA reads the variable once, when it starts, so the
-// stage's entry (apps/cli/stage_cli.cpp) restarts the process with it before anything touches the GPU.
+// stage's entry (apps/cli/stage_cli.cpp) restarts the process with it before anything touches the GPU. Never on
+// ROCm, whose HIP does not read it (its GPU_MAX_HW_QUEUES is not measured here).
 std::optional<std::string> hardware_queues_needed(const RunConfig& config, const RunOptions& options,
                                                   const DistributedEnv& dist);
 
