@@ -134,8 +134,9 @@ inline StageRun run_stage(const StageSpec& spec, std::vector<std::string> args) 
   args.insert(args.begin(), spec.name);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);  // as main's
   ::testing::internal::CaptureStderr();
-  const int code = stage_main(static_cast<int>(argv.size()), argv.data(), spec);
+  const int code = stage_main(static_cast<int>(argv.size()) - 1, argv.data(), spec);
   return {code, ::testing::internal::GetCapturedStderr()};
 }
 

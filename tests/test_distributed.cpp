@@ -1,13 +1,16 @@
 // Data parallel without a GPU: the launcher variables, the sharding of every global batch, the start-up
 // agreement over a real TCPStore (ranks as threads), the port check and the command line's refusals.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <map>
 #include <tuple>
 #include <sstream>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <thread>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -635,7 +638,7 @@ TEST(DataParallelPlan, ZeroGatherForwardAsksForHardwareQueues) {
   RunOptions defaults, forward, update;
   forward.zero_gather = ZeroGather::kForward;
   update.zero_gather = ZeroGather::kUpdate;
-#ifdef USE_ROCM
+#if defined(USE_ROCM) || defined(TT_BACKEND_HIP)
   EXPECT_EQ(hardware_queues_needed(sharded, forward, dist), std::nullopt);  // HIP does not read CUDA's variable
   return;
 #endif
@@ -658,6 +661,32 @@ TEST(DataParallelPlan, ZeroGatherForwardAsksForHardwareQueues) {
   ScopedEnv env(std::map<std::string, std::string>{{"CUDA_DEVICE_MAX_CONNECTIONS", "8"}});  // the user's choice stands
   EXPECT_EQ(hardware_queues(), std::optional<std::string>("8"));
   EXPECT_EQ(hardware_queues_needed(sharded, forward, dist), std::nullopt);
+}
+
+// The restart itself, through the executable, on a machine without a GPU (with one, the GPU suite checks it:
+// DataParallelGpu.ZeroGatherForwardEqualsUpdateBitwise): under launcher variables a sharded run with the default
+// gather starts again once with the variable (rank 0 says so once), then meets its refusal (no GPU).
+TEST(DataParallelCommandLine, ARankThatNeedsHardwareQueuesRestartsOnceWithThem) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has a GPU: the GPU suite checks the restart";
+  namespace fs = std::filesystem;
+  const fs::path binary = fs::canonical("/proc/self/exe").parent_path().parent_path() / "v4_ultra";  // build/tests/..
+  const fs::path err = fs::temp_directory_path() / ("tt_restart_" + std::to_string(::getpid()) + ".err");
+  const std::string command =
+      "env -u CUDA_DEVICE_MAX_CONNECTIONS RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
+      "MASTER_PORT=" + std::to_string(testing::free_port()) + " " + binary.string() + " --config " + TT_SOURCE_DIR +
+      "/configs/smoke.json --shard-optimizer --output " + (fs::temp_directory_path() / "tt_restart.json").string() +
+      " > /dev/null 2> " + err.string();
+  const int status = std::system(command.c_str());
+  std::ifstream in(err);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  fs::remove(err);
+  ASSERT_TRUE(WIFEXITED(status)) << text;
+  EXPECT_EQ(WEXITSTATUS(status), 2) << text;
+  const std::string note = "restarting with CUDA_DEVICE_MAX_CONNECTIONS=32";
+  const size_t first = text.find(note);
+  EXPECT_NE(first, std::string::npos) << text;
+  EXPECT_EQ(text.find(note, first + 1), std::string::npos) << "restarted more than once:\n" << text;
+  EXPECT_MENTIONS(text, nccl_available() ? "rank 0 sees no GPU" : "needs a LibTorch with NCCL");
 }
 
 // Under a launcher a graphed stage keeps its graph (an all-reduce per layer, captured, the default) unless

@@ -2,7 +2,7 @@
 # CPU test of scripts/launch.sh with a stand-in program: the variables each rank gets, the exit status,
 # and that the other ranks are stopped when one fails or is killed. Run by ctest (label cpu).
 set -uo pipefail
-unset CUDA_DEVICE_MAX_CONNECTIONS  # the checks below expect it unset unless the launcher sets it
+unset CUDA_DEVICE_MAX_CONNECTIONS  # the checks below expect it unset: the launcher adds nothing
 root=$(cd "$(dirname "$0")/.." && pwd)
 launch="$root/scripts/launch.sh"
 work=$(mktemp -d)

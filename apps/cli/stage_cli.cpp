@@ -312,8 +312,8 @@ void restart_with_hardware_queues(char** argv, const std::string& queues, bool s
     std::cerr << "[note] --zero-gather forward runs the weights' all-gathers beside the forward, which needs more of "
                  "the GPU's hardware queues than CUDA's default 8: restarting with CUDA_DEVICE_MAX_CONNECTIONS="
               << queues << std::endl;
-  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", queues.c_str(), /*overwrite=*/1);
-  ::execv("/proc/self/exe", argv);
+  // Once set, hardware_queues_needed says no: the restarted process goes on.
+  if (::setenv("CUDA_DEVICE_MAX_CONNECTIONS", queues.c_str(), /*overwrite=*/1) == 0) ::execv("/proc/self/exe", argv);
   throw std::runtime_error("could not restart with CUDA_DEVICE_MAX_CONNECTIONS=" + queues + " (" +
                            std::strerror(errno) + "): set it in the launching environment");
 }

@@ -163,7 +163,7 @@ StageSpec effective_stage(const StageSpec& stage, const RunOptions& options, con
 
 std::optional<std::string> hardware_queues_needed(const RunConfig& config, const RunOptions& options,
                                                   const DistributedEnv& dist) {
-#ifdef USE_ROCM
+#if defined(USE_ROCM) || defined(TT_BACKEND_HIP)
   // HIP ignores CUDA's variable; its own (GPU_MAX_HW_QUEUES) has not been measured with this overlap.
   (void)config, (void)options, (void)dist;
   return std::nullopt;
