@@ -627,7 +627,7 @@ class ScopedEnv {
 
 // --zero-gather forward needs more hardware queues than CUDA's default, which CUDA reads only when it starts: the
 // run asks for 32 (its stage then restarts with them) exactly when ZeRO-1 gathers in the forward, under a launcher,
-// off the CPU, and the environment gives none (an empty value is none, for CUDA as for us).
+// off the CPU, the environment gives none (an empty value is none, for CUDA as for us) and the run is not refused.
 TEST(DataParallelPlan, ZeroGatherForwardAsksForHardwareQueues) {
   DistributedEnv dist;
   dist.enabled = true;
@@ -638,29 +638,36 @@ TEST(DataParallelPlan, ZeroGatherForwardAsksForHardwareQueues) {
   RunOptions defaults, forward, update;
   forward.zero_gather = ZeroGather::kForward;
   update.zero_gather = ZeroGather::kUpdate;
+  const StageSpec v4 = stages::v4_ultra();
 #if defined(USE_ROCM) || defined(TT_BACKEND_HIP)
-  EXPECT_EQ(hardware_queues_needed(sharded, forward, dist), std::nullopt);  // HIP does not read CUDA's variable
+  EXPECT_EQ(hardware_queues_needed(v4, sharded, forward, dist), std::nullopt);  // HIP does not read CUDA's variable
   return;
 #endif
   for (const std::string unset : {"", "(unset)"}) {
     ScopedEnv env(std::map<std::string, std::string>{{"CUDA_DEVICE_MAX_CONNECTIONS", unset}});
     if (unset != "") ::unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
     EXPECT_FALSE(hardware_queues().has_value());
-    EXPECT_EQ(hardware_queues_needed(sharded, defaults, dist), std::optional<std::string>("32"));  // the default
-    EXPECT_EQ(hardware_queues_needed(sharded, forward, dist), std::optional<std::string>("32"));
-    EXPECT_EQ(hardware_queues_needed(sharded, update, dist), std::nullopt);
+    EXPECT_EQ(hardware_queues_needed(v4, sharded, defaults, dist), std::optional<std::string>("32"));  // the default
+    EXPECT_EQ(hardware_queues_needed(v4, sharded, forward, dist), std::optional<std::string>("32"));
+    EXPECT_EQ(hardware_queues_needed(v4, sharded, update, dist), std::nullopt);
     RunConfig on_cuda = sharded, on_cpu = sharded, unsharded = sharded;
     on_cuda.training.device = "cuda";
     on_cpu.training.device = "cpu";
     unsharded.training.shard_optimizer = false;
-    EXPECT_EQ(hardware_queues_needed(on_cuda, forward, dist), std::optional<std::string>("32"));
-    EXPECT_EQ(hardware_queues_needed(on_cpu, forward, dist), std::nullopt);
-    EXPECT_EQ(hardware_queues_needed(unsharded, defaults, dist), std::nullopt);
-    EXPECT_EQ(hardware_queues_needed(sharded, forward, DistributedEnv{}), std::nullopt);  // no launcher
+    EXPECT_EQ(hardware_queues_needed(v4, on_cuda, forward, dist), std::optional<std::string>("32"));
+    EXPECT_EQ(hardware_queues_needed(v4, on_cpu, forward, dist), std::nullopt);
+    EXPECT_EQ(hardware_queues_needed(v4, unsharded, defaults, dist), std::nullopt);
+    EXPECT_EQ(hardware_queues_needed(v4, sharded, forward, DistributedEnv{}), std::nullopt);  // no launcher
+    // Runs that plan_run refuses are not restarted first: ZeRO-1 on a stage whose optimizer is not ours, or
+    // beside the Reducer.
+    EXPECT_EQ(hardware_queues_needed(stages::v3_custom(), sharded, forward, dist), std::nullopt);
+    RunOptions reducer = forward;
+    reducer.dp_sync = GradientSync::kReducer;
+    EXPECT_EQ(hardware_queues_needed(v4, sharded, reducer, dist), std::nullopt);
   }
   ScopedEnv env(std::map<std::string, std::string>{{"CUDA_DEVICE_MAX_CONNECTIONS", "8"}});  // the user's choice stands
   EXPECT_EQ(hardware_queues(), std::optional<std::string>("8"));
-  EXPECT_EQ(hardware_queues_needed(sharded, forward, dist), std::nullopt);
+  EXPECT_EQ(hardware_queues_needed(v4, sharded, forward, dist), std::nullopt);
 }
 
 // The restart itself, through the executable, on a machine without a GPU (with one, the GPU suite checks it:

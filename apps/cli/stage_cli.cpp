@@ -347,7 +347,7 @@ int stage_main(int argc, char** argv, const StageSpec& stage) {
   RunPlan plan;
   try {
     const DistributedEnv dist = parse_distributed_env(process_env());
-    if (const auto queues = hardware_queues_needed(parsed.config, parsed.options, dist))
+    if (const auto queues = hardware_queues_needed(stage, parsed.config, parsed.options, dist))
       restart_with_hardware_queues(argv, *queues, dist.rank == 0);
     plan = plan_run(stage, parsed.config, parsed.options, dist);
   } catch (const std::exception& e) {

@@ -161,15 +161,21 @@ StageSpec effective_stage(const StageSpec& stage, const RunOptions& options, con
   return spec;
 }
 
-std::optional<std::string> hardware_queues_needed(const RunConfig& config, const RunOptions& options,
-                                                  const DistributedEnv& dist) {
+std::optional<std::string> hardware_queues_needed(const StageSpec& stage, const RunConfig& config,
+                                                  const RunOptions& options, const DistributedEnv& dist) {
 #if defined(USE_ROCM) || defined(TT_BACKEND_HIP)
   // HIP ignores CUDA's variable; its own (GPU_MAX_HW_QUEUES) has not been measured with this overlap.
-  (void)config, (void)options, (void)dist;
+  (void)stage, (void)config, (void)options, (void)dist;
   return std::nullopt;
 #endif
   if (!dist.enabled || !config.training.shard_optimizer || config.training.device == "cpu") return std::nullopt;
   if (options.zero_gather.value_or(kDefaultZeroGather) != ZeroGather::kForward || hardware_queues()) return std::nullopt;
+  // A run that plan_run will refuse is not restarted first: its refusal comes at once.
+  try {
+    check_data_parallel_options(dist, effective_stage(stage, options, dist), config, options);
+  } catch (const ConfigError&) {
+    return std::nullopt;
+  }
   return "32";
 }
 

@@ -74,8 +74,9 @@ struct RunPlan {
 // 3 ms behind them with 8, none with 32 (docs/multi-gpu.md). CUDA reads the variable once, when it starts, so the
 // stage's entry (apps/cli/stage_cli.cpp) restarts the process with it before anything touches the GPU. Never on
 // ROCm, whose HIP does not read it (its GPU_MAX_HW_QUEUES is not measured here).
-std::optional<std::string> hardware_queues_needed(const RunConfig& config, const RunOptions& options,
-                                                  const DistributedEnv& dist);
+// A run that plan_run would refuse for data parallel's options gets nullopt (its refusal comes first).
+std::optional<std::string> hardware_queues_needed(const StageSpec& stage, const RunConfig& config,
+                                                  const RunOptions& options, const DistributedEnv& dist);
 
 // Every refusal of the run, before any work (nothing read but small files, no GPU memory taken): the stage's
 // flags, data parallel's options, every file the run will write, the checkpoint folder's rules, the resumed
