@@ -696,6 +696,17 @@ TEST(DataParallelCommandLine, ARankThatNeedsHardwareQueuesRestartsOnceWithThem) 
   EXPECT_MENTIONS(text, nccl_available() ? "rank 0 sees no GPU" : "needs a LibTorch with NCCL");
 }
 
+// NCCL's graph mixing is off exactly where NCCL reads NCCL_GRAPH_MIXING_SUPPORT as 0 (strtoll, base 0; a value it
+// cannot read leaves its default, on): only then do collectives outside a graph wait for the GPU first.
+TEST(DataParallelPlan, GraphMixingIsOffWhereNcclReadsZero) {
+  EXPECT_FALSE(graph_mixing_off(nullptr));  // unset: NCCL's default
+  EXPECT_FALSE(graph_mixing_off(""));
+  for (const char* zero : {"0", "00", "0x0", " 0"}) EXPECT_TRUE(graph_mixing_off(zero)) << zero;
+  EXPECT_FALSE(graph_mixing_off("1"));
+  EXPECT_FALSE(graph_mixing_off("2"));                     // not 0 or 1: NCCL keeps its default
+  EXPECT_FALSE(graph_mixing_off("99999999999999999999"));  // out of range: NCCL keeps its default
+}
+
 // Under a launcher a graphed stage keeps its graph (an all-reduce per layer, captured, the default) unless
 // --dp-sync reducer asks for the Reducer, which needs the eager step; eager stages stay eager either way.
 TEST(DataParallelPlan, GradientSyncAndStepKind) {

@@ -71,7 +71,10 @@ Trained train_plain(const StageSpec& spec, const RunConfig& config) {
 // As execute_run builds it: a graphed stage captures at the step its plain run does.
 Trained train_one_rank(const StageSpec& spec, const RunConfig& config, GradientSync sync) {
   std::ostringstream log;
-  DistributedContext context(one_rank(free_port()), {std::chrono::seconds(60)});  // outlives the trainer
+  DistributedOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.graphed_collectives = spec.step == StepKind::kGraph;  // as execute_run sets it
+  DistributedContext context(one_rank(free_port()), options);  // outlives the trainer
   Trainer trainer(spec, config, context.device());
   broadcast_weights(context, trainer.model());
   const int64_t capture_at = trainer.graphed() ? trainer.first_measured_step(0) - 1 : -1;
@@ -406,9 +409,12 @@ TEST(DataParallelGpu, ShardedOptimizerOnTwoGpusEqualsTheUnshardedOne) {
 
 // ZeRO-1's two gather schedules move the same bytes with the same collectives, only at another time: `update`
 // all-gathers after each step's update, `forward` gathers the embedding and layer 0 so too but queues the others
-// at the next step's start, each part of the forward waiting for its own. v4 graphed in bf16 (the compute copies gathered), clipping on, evaluations
-// between steps and a checkpoint at the end (both must gather first under `forward`): everything bitwise equal.
-// A part that waits for the wrong gather reads stale weights and changes the losses.
+// at the next step's start, each part of the forward waiting for its own. v4 graphed in bf16 (the compute copies
+// gathered), clipping on, evaluations between steps and a checkpoint at the end (both must gather first under
+// `forward`): everything bitwise equal. A part that waits for the wrong gather reads stale weights and changes the
+// losses. The same run once more with NCCL's graph mixing on (the user's NCCL_GRAPH_MIXING_SUPPORT=1 kept): the
+// default turns it off and makes every collective outside the graph (the stop vote each step, the evaluations'
+// and the checkpoint's gathers) wait for the GPU; neither may change a bit.
 TEST(DataParallelGpu, ZeroGatherForwardEqualsUpdateBitwise) {
   TT_REQUIRE_NCCL_GPUS(2);
   const fs::path dir = testing::fresh_dir("tt_dp_zero_gather");
@@ -418,40 +424,58 @@ TEST(DataParallelGpu, ZeroGatherForwardEqualsUpdateBitwise) {
     std::ofstream out(text);
     for (int i = 0; i < 200; ++i) out << "the quick brown fox jumps over the lazy dog " << i << "\n";
   }
+  struct Case {
+    std::string name, mode, env;
+  };
+  const bool mixing_preset = std::getenv("NCCL_GRAPH_MIXING_SUPPORT") != nullptr;
   std::map<std::string, nlohmann::json> results;
   std::map<std::string, Checkpoint> checkpoints;
-  for (const std::string mode : {"update", "forward"}) {
-    const fs::path log = dir / (mode + ".log"), json = dir / (mode + ".json"), pt = dir / (mode + ".pt");
-    ASSERT_EQ(shell(launcher() + " --nproc 2 --master-port " + std::to_string(free_port()) + " " + binary + " " +
-                    stage_flags(2, json, 10) + " --dtype bf16 --grad-clip 0.5 --shard-optimizer --zero-gather " +
-                    mode + " --eval-data " + text.string() + " --eval-every 3 --save-checkpoint " + pt.string() +
+  for (const auto& c : {Case{"update", "update", ""}, Case{"forward", "forward", ""},
+                        Case{"forward_mixing_on", "forward", "NCCL_GRAPH_MIXING_SUPPORT=1 "}}) {
+    SCOPED_TRACE(c.name);
+    const fs::path log = dir / (c.name + ".log"), json = dir / (c.name + ".json"), pt = dir / (c.name + ".pt");
+    ASSERT_EQ(shell(c.env + launcher() + " --nproc 2 --master-port " + std::to_string(free_port()) + " " + binary +
+                    " " + stage_flags(2, json, 10) + " --dtype bf16 --grad-clip 0.5 --shard-optimizer --zero-gather " +
+                    c.mode + " --eval-data " + text.string() + " --eval-every 3 --save-checkpoint " + pt.string() +
                     " > " + log.string() + " 2>&1"),
               0)
         << read_text(log);
-    results[mode] = read_json_file(json.string());
-    checkpoints.emplace(mode, read_checkpoint(pt.string()));
-    EXPECT_EQ(results[mode].at("distributed").at("zero_gather"), mode);
-    if (mode == "forward" && !std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")) {  // each rank restarted with it
-      EXPECT_EQ(results[mode].at("distributed").at("cuda_device_max_connections"), "32");
+    results[c.name] = read_json_file(json.string());
+    checkpoints.emplace(c.name, read_checkpoint(pt.string()));
+    const auto& d = results[c.name].at("distributed");
+    EXPECT_EQ(d.at("zero_gather"), c.mode);
+    if (c.mode == "forward" && !std::getenv("CUDA_DEVICE_MAX_CONNECTIONS")) {  // each rank restarted with it
+      EXPECT_EQ(d.at("cuda_device_max_connections"), "32");
       EXPECT_NE(read_text(log).find("restarting with CUDA_DEVICE_MAX_CONNECTIONS=32"), std::string::npos)
           << read_text(log);
     }
-    EXPECT_TRUE(results[mode].at("stage").at("components").at("step").get<std::string>().find("graph") !=
+    if (!c.env.empty()) {
+      EXPECT_EQ(d.at("nccl_graph_mixing_support"), "1");
+      EXPECT_EQ(d.at("collectives_outside_graph_wait_for_gpu"), false);
+    } else if (!mixing_preset) {
+      EXPECT_EQ(d.at("nccl_graph_mixing_support"), "0");
+      EXPECT_EQ(d.at("collectives_outside_graph_wait_for_gpu"), true);
+      EXPECT_NE(read_text(log).find("[note] NCCL_GRAPH_MIXING_SUPPORT=0"), std::string::npos) << read_text(log);
+    }
+    EXPECT_TRUE(results[c.name].at("stage").at("components").at("step").get<std::string>().find("graph") !=
                 std::string::npos)
-        << results[mode].at("stage").at("components").at("step");
+        << results[c.name].at("stage").at("components").at("step");
   }
   const auto& u = results.at("update");
-  const auto& f = results.at("forward");
-  EXPECT_EQ(f.at("losses"), u.at("losses"));
   ASSERT_EQ(u.at("evaluation").at("curve").size(), 4u) << u.at("evaluation");  // after steps 3, 6, 9 and 10
-  EXPECT_EQ(f.at("evaluation").at("curve"), u.at("evaluation").at("curve"));
-  const Checkpoint& a = checkpoints.at("forward");
   const Checkpoint& b = checkpoints.at("update");
-  EXPECT_EQ(a.step, b.step);
-  for (const auto& [name, w] : b.weights) EXPECT_TRUE(torch::equal(a.weights.at(name), w)) << name;
-  for (const auto& [name, m] : b.exp_avg) {
-    EXPECT_TRUE(torch::equal(a.exp_avg.at(name), m)) << name;
-    EXPECT_TRUE(torch::equal(a.exp_avg_sq.at(name), b.exp_avg_sq.at(name))) << name;
+  for (const std::string other : {"forward", "forward_mixing_on"}) {
+    SCOPED_TRACE(other);
+    const auto& f = results.at(other);
+    EXPECT_EQ(f.at("losses"), u.at("losses"));
+    EXPECT_EQ(f.at("evaluation").at("curve"), u.at("evaluation").at("curve"));
+    const Checkpoint& a = checkpoints.at(other);
+    EXPECT_EQ(a.step, b.step);
+    for (const auto& [name, w] : b.weights) EXPECT_TRUE(torch::equal(a.weights.at(name), w)) << name;
+    for (const auto& [name, m] : b.exp_avg) {
+      EXPECT_TRUE(torch::equal(a.exp_avg.at(name), m)) << name;
+      EXPECT_TRUE(torch::equal(a.exp_avg_sq.at(name), b.exp_avg_sq.at(name))) << name;
+    }
   }
   testing::remove_tree(dir);
 }

@@ -24,6 +24,7 @@
 #if defined(USE_C10D_NCCL) && defined(TT_HAVE_NCCL_H)
 #define TT_DATA_PARALLEL 1
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -124,6 +125,12 @@ DistributedContext::DistributedContext(const DistributedEnv& env, const Distribu
   // A collective that times out (a dead or hung peer) tears this process down: LibTorch's default since 2.2,
   // stated here because the bounded wait depends on it (a value the user set is kept).
   ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3", /*overwrite=*/0);
+#ifndef USE_ROCM
+  // Read by NCCL when it makes the first communicator, below; a value the user set is kept.
+  if (options.graphed_collectives && ::setenv("NCCL_GRAPH_MIXING_SUPPORT", "0", /*overwrite=*/0) != 0)
+    throw std::runtime_error(std::string("setting NCCL_GRAPH_MIXING_SUPPORT=0 failed: ") + std::strerror(errno));
+#endif
+  waits_for_graphs_ = options.graphed_collectives && graph_mixing_off(std::getenv("NCCL_GRAPH_MIXING_SUPPORT"));
   auto prefix = c10::make_intrusive<c10d::PrefixStore>("default_pg/", impl_->store);
   impl_->group = c10::make_intrusive<c10d::ProcessGroup>(prefix, env.rank, env.world_size);
   auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
@@ -167,7 +174,14 @@ void DistributedContext::abort() {
   }
 }
 
-const c10::intrusive_ptr<c10d::ProcessGroup>& DistributedContext::group() const { return impl_->group; }
+const c10::intrusive_ptr<c10d::ProcessGroup>& DistributedContext::group() const {
+#ifdef TT_DATA_PARALLEL
+  // Inside a capture the collective becomes part of the graph, and a device wait would break the capture.
+  if (waits_for_graphs_ && c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None)
+    c10::cuda::device_synchronize();
+#endif
+  return impl_->group;
+}
 
 c10d::Store& DistributedContext::store() {
   TORCH_CHECK(impl_->store, "DistributedContext: this context was given its group and has no store of its own");
@@ -177,7 +191,7 @@ c10d::Store& DistributedContext::store() {
 void DistributedContext::broadcast_from_rank0(std::vector<torch::Tensor> tensors) {
   torch::NoGradGuard no_grad;
   for (auto& t : tensors) t = t.detach();
-  c10d::broadcast_coalesced(impl_->group, tensors, 250u << 20, 0);
+  c10d::broadcast_coalesced(group(), tensors, 250u << 20, 0);
 }
 
 namespace {
@@ -191,15 +205,15 @@ void all_reduce(c10d::ProcessGroup& group, torch::Tensor& tensor, c10d::ReduceOp
 
 }  // namespace
 
-void DistributedContext::average(torch::Tensor& tensor) { all_reduce(*impl_->group, tensor, c10d::ReduceOp::AVG); }
+void DistributedContext::average(torch::Tensor& tensor) { all_reduce(*group(), tensor, c10d::ReduceOp::AVG); }
 
 double DistributedContext::max_difference_across_ranks(const std::vector<torch::Tensor>& tensors) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> flat;
   for (const auto& t : tensors) flat.push_back(t.detach().to(torch::kFloat32).reshape(-1));
   auto high = torch::cat(flat), low = high.clone();
-  all_reduce(*impl_->group, high, c10d::ReduceOp::MAX);
-  all_reduce(*impl_->group, low, c10d::ReduceOp::MIN);
+  all_reduce(*group(), high, c10d::ReduceOp::MAX);
+  all_reduce(*group(), low, c10d::ReduceOp::MIN);
   return (high - low).abs().max().item<double>();
 }
 
@@ -211,15 +225,17 @@ double DistributedContext::time_allreduce_ms(const std::vector<std::pair<torch::
     const int64_t elements = bytes / static_cast<int64_t>(c10::elementSize(dtype));
     buffers.push_back(torch::ones({std::max<int64_t>(elements, 1)}, torch::TensorOptions().dtype(dtype).device(device())));
   }
+  // Fetched once: no graph runs in between, and a device wait per buffer would be timed with the all-reduces.
+  c10d::ProcessGroup& collectives = *group();
   auto once = [&] {
-    for (auto& b : buffers) all_reduce(*impl_->group, b, c10d::ReduceOp::AVG);
+    for (auto& b : buffers) all_reduce(collectives, b, c10d::ReduceOp::AVG);
   };
   once();  // communicators and buffers warm
   std::vector<double> ms;
   for (int i = 0; i < repeats; ++i) {
     // Line the ranks up first, so the timed all-reduce does not include one rank waiting for another.
     auto token = torch::zeros({1}, torch::TensorOptions().device(device()));
-    all_reduce(*impl_->group, token, c10d::ReduceOp::SUM);
+    all_reduce(collectives, token, c10d::ReduceOp::SUM);
     synchronize(device());
     StepTimer timer(device(), 2);
     timer.mark(0);

@@ -40,6 +40,10 @@ const char* collective_backend_name();
 
 struct DistributedOptions {
   std::chrono::seconds timeout{300};  // rendezvous, and NCCL's watchdog for a collective that never ends
+  // The step is one CUDA graph that holds collectives (v4_ultra under data parallel): NCCL's graph mixing is turned
+  // off (NCCL_GRAPH_MIXING_SUPPORT=0, unless the variable is set; not on ROCm, where it has not been measured), and
+  // then every collective launched outside a capture waits for the device first (graph_mixing_off, launcher.h).
+  bool graphed_collectives = false;
 };
 
 class DistributedContext {
@@ -75,8 +79,13 @@ class DistributedContext {
   // dtype, as the Reducer's buckets are per dtype), measured alone with device events after `warmup` runs.
   double time_allreduce_ms(const std::vector<std::pair<torch::Dtype, int64_t>>& bytes_per_dtype, int repeats);
 
-  // The process group, for the data-parallel step's collectives.
+  // The process group, for the data-parallel step's collectives. Every collective goes through here: outside a
+  // graph capture, when waits_for_graphs(), this first waits for the device, so that no replay of a graph with
+  // collectives still runs when one is launched outside it (NCCL's rule with graph mixing off).
   const c10::intrusive_ptr<c10d::ProcessGroup>& group() const;
+  // Whether NCCL's graph mixing is off for this process (NCCL_GRAPH_MIXING_SUPPORT read as NCCL reads it) in a run
+  // whose graphs hold collectives.
+  bool waits_for_graphs() const { return waits_for_graphs_; }
 
   struct Impl;  // the c10d objects, kept out of this header
 
@@ -85,6 +94,7 @@ class DistributedContext {
   DistributedOptions options_;
   std::unique_ptr<Impl> impl_;
   torch::Device device_ = torch::kCPU;  // the GPU of env.local_rank once the NCCL group is made
+  bool waits_for_graphs_ = false;
 };
 
 // A stop on a signal under data parallel: every rank must end after the same step, whichever got the

@@ -263,6 +263,13 @@ ZeroGather parse_zero_gather(const std::string& value) {
                     "step, before that layer's forward) or update (after each layer's update)");
 }
 
+bool graph_mixing_off(const char* value) {
+  if (value == nullptr || *value == '\0') return false;
+  errno = 0;
+  const long long parsed = std::strtoll(value, nullptr, 0);  // as NCCL's ncclLoadParam reads it
+  return errno == 0 && parsed == 0;
+}
+
 EmbeddingGradExchange parse_embedding_grad_exchange(const std::string& value) {
   if (value == "rows") return EmbeddingGradExchange::kRows;
   if (value == "dense") return EmbeddingGradExchange::kDense;

@@ -86,6 +86,16 @@ const char* to_string(ZeroGather gather);
 // "forward" or "update"; throws ConfigError naming --zero-gather, the value and both allowed ones.
 ZeroGather parse_zero_gather(const std::string& value);
 
+// NCCL's graph mixing (NCCL_GRAPH_MIXING_SUPPORT, NCCL's default 1) lets collectives captured in a CUDA graph and
+// collectives launched outside it be outstanding at once, by putting NCCL's own stream and events between each
+// captured collective and the step's kernels. Off, the collectives sit on the step's streams as captured: on 2 x H200
+// (medium bf16, v4 graphed, ZeRO-1) the step took 32.70-32.82 ms against 33.11-33.29 ms with it on (the gaps
+// before the GEMMs and attention kernels shrank; docs/multi-gpu.md). The price, in NCCL's documentation: no
+// collective may be launched outside a graph while a replay of a graph that holds collectives may still run,
+// whatever the streams; DistributedContext then waits for the device first (apps/train/distributed.h).
+// The variable's value as NCCL reads it (strtoll, base 0, when set and not empty): true when it turns mixing off.
+bool graph_mixing_off(const char* nccl_graph_mixing_support);
+
 // ---------------------------------------------------------------------------------------------------
 // Sharding: every rank draws the global batch and keeps rows [rank * B, (rank + 1) * B) of each step
 // ---------------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <ostream>
 
@@ -242,8 +243,16 @@ RunOutcome execute_run(RunPlan plan, std::ostream& log) {
   std::unique_ptr<DistributedContext> context;
   if (plan.dist.enabled) {
     try {
-      context = std::make_unique<DistributedContext>(plan.dist,
-                                                     DistributedOptions{std::chrono::seconds(options.dist_timeout_s)});
+      DistributedOptions dist_options;
+      dist_options.timeout = std::chrono::seconds(options.dist_timeout_s);
+      dist_options.graphed_collectives = spec.step == StepKind::kGraph;  // the per-layer collectives in the graph
+      context = std::make_unique<DistributedContext>(plan.dist, dist_options);
+      if (context->waits_for_graphs() && plan.dist.rank == 0)
+        log << "[note] NCCL_GRAPH_MIXING_SUPPORT=" << std::getenv("NCCL_GRAPH_MIXING_SUPPORT")
+            << ": the graph's collectives without NCCL's guards for mixing graphs and other launches (a faster "
+               "step), so each collective outside the graph (stop vote, evaluation, checkpoints) first waits for "
+               "the GPU (docs/multi-gpu.md)"
+            << std::endl;
       check_same_run(context->store(), plan.dist.rank, plan.dist.world_size,
                      run_description(spec, config, options, plan.dist.world_size));
     } catch (const ConfigError& e) {

@@ -1,6 +1,7 @@
 #include "apps/train/training_run.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <ostream>
 #include <stdexcept>
 #include <utility>
@@ -285,6 +286,9 @@ nlohmann::json distributed_report(DistributedContext& context, Trainer& trainer,
     const auto queues = hardware_queues();  // what kForward's overlap depends on (null: CUDA's default, 8)
     out["cuda_device_max_connections"] = queues ? nlohmann::json(*queues) : nlohmann::json(nullptr);
   }
+  const char* mixing = std::getenv("NCCL_GRAPH_MIXING_SUPPORT");  // null: unset, NCCL's default (1, on)
+  out["nccl_graph_mixing_support"] = mixing ? nlohmann::json(mixing) : nlohmann::json(nullptr);
+  out["collectives_outside_graph_wait_for_gpu"] = context.waits_for_graphs();
   out["optimizer_state_mb_per_gpu"] = static_cast<double>(optimizer.state_bytes()) / (1 << 20);
   out["optimizer_state_what"] =
       sharded ? "this rank's slices of AdamW's moments m and v (ZeRO-1; every rank holds one slice of each parameter); "
