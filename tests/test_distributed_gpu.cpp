@@ -71,10 +71,10 @@ Trained train_plain(const StageSpec& spec, const RunConfig& config) {
 // As execute_run builds it: a graphed stage captures at the step its plain run does.
 Trained train_one_rank(const StageSpec& spec, const RunConfig& config, GradientSync sync) {
   std::ostringstream log;
-  DistributedOptions options;
-  options.timeout = std::chrono::seconds(60);
-  options.graphed_collectives = spec.step == StepKind::kGraph;  // as execute_run sets it
-  DistributedContext context(one_rank(free_port()), options);  // outlives the trainer
+  // Not graphed_collectives, though execute_run sets it for a graphed stage: NCCL reads its variables once per
+  // process, and this test process makes communicators for eager and graphed runs alike, so NCCL's graph mixing
+  // stays at its default (on) here, where nothing needs to wait. Launched runs (separate processes) turn it off.
+  DistributedContext context(one_rank(free_port()), {std::chrono::seconds(60)});  // outlives the trainer
   Trainer trainer(spec, config, context.device());
   broadcast_weights(context, trainer.model());
   const int64_t capture_at = trainer.graphed() ? trainer.first_measured_step(0) - 1 : -1;
@@ -407,6 +407,14 @@ TEST(DataParallelGpu, ShardedOptimizerOnTwoGpusEqualsTheUnshardedOne) {
   testing::remove_tree(dir);
 }
 
+// Whether a line of `text` starts with `prefix` and contains `part`.
+bool has_line(const std::string& text, const std::string& prefix, const std::string& part) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind(prefix, 0) == 0 && line.find(part) != std::string::npos) return true;
+  return false;
+}
+
 // ZeRO-1's two gather schedules move the same bytes with the same collectives, only at another time: `update`
 // all-gathers after each step's update, `forward` gathers the embedding and layer 0 so too but queues the others
 // at the next step's start, each part of the forward waiting for its own. v4 graphed in bf16 (the compute copies
@@ -430,8 +438,10 @@ TEST(DataParallelGpu, ZeroGatherForwardEqualsUpdateBitwise) {
   const bool mixing_preset = std::getenv("NCCL_GRAPH_MIXING_SUPPORT") != nullptr;
   std::map<std::string, nlohmann::json> results;
   std::map<std::string, Checkpoint> checkpoints;
-  for (const auto& c : {Case{"update", "update", ""}, Case{"forward", "forward", ""},
-                        Case{"forward_mixing_on", "forward", "NCCL_GRAPH_MIXING_SUPPORT=1 "}}) {
+  // NCCL's own log line (INFO, subsystem ENV) shows the value NCCL read, not only the one the result records.
+  const std::string nccl_log = "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ENV ";
+  for (const auto& c : {Case{"update", "update", ""}, Case{"forward", "forward", nccl_log},
+                        Case{"forward_mixing_on", "forward", nccl_log + "NCCL_GRAPH_MIXING_SUPPORT=1 "}}) {
     SCOPED_TRACE(c.name);
     const fs::path log = dir / (c.name + ".log"), json = dir / (c.name + ".json"), pt = dir / (c.name + ".pt");
     ASSERT_EQ(shell(c.env + launcher() + " --nproc 2 --master-port " + std::to_string(free_port()) + " " + binary +
@@ -449,13 +459,19 @@ TEST(DataParallelGpu, ZeroGatherForwardEqualsUpdateBitwise) {
       EXPECT_NE(read_text(log).find("restarting with CUDA_DEVICE_MAX_CONNECTIONS=32"), std::string::npos)
           << read_text(log);
     }
-    if (!c.env.empty()) {
+    if (c.name == "forward_mixing_on") {
       EXPECT_EQ(d.at("nccl_graph_mixing_support"), "1");
       EXPECT_EQ(d.at("collectives_outside_graph_wait_for_gpu"), false);
+      EXPECT_NE(read_text(log).find("NCCL_GRAPH_MIXING_SUPPORT set by environment to 1"), std::string::npos)
+          << read_text(log);
     } else if (!mixing_preset) {
       EXPECT_EQ(d.at("nccl_graph_mixing_support"), "0");
       EXPECT_EQ(d.at("collectives_outside_graph_wait_for_gpu"), true);
       EXPECT_NE(read_text(log).find("[note] NCCL_GRAPH_MIXING_SUPPORT=0"), std::string::npos) << read_text(log);
+      if (c.name == "forward")  // both ranks' NCCL read the 0 the run set
+        for (const std::string rank : {"[rank 0] ", "[rank 1] "})
+          EXPECT_TRUE(has_line(read_text(log), rank, "NCCL_GRAPH_MIXING_SUPPORT set by environment to 0"))
+              << rank << "\n" << read_text(log);
     }
     EXPECT_TRUE(results[c.name].at("stage").at("components").at("step").get<std::string>().find("graph") !=
                 std::string::npos)

@@ -79,9 +79,10 @@ class DistributedContext {
   // dtype, as the Reducer's buckets are per dtype), measured alone with device events after `warmup` runs.
   double time_allreduce_ms(const std::vector<std::pair<torch::Dtype, int64_t>>& bytes_per_dtype, int repeats);
 
-  // The process group, for the data-parallel step's collectives. Every collective goes through here: outside a
-  // graph capture, when waits_for_graphs(), this first waits for the device, so that no replay of a graph with
-  // collectives still runs when one is launched outside it (NCCL's rule with graph mixing off).
+  // The process group, for the data-parallel step's collectives. Every collective of a graphed run goes through
+  // here (the Reducer keeps the group it is given, but its runs are eager): when waits_for_graphs() and the current
+  // stream is not capturing, this first waits for the device, so that no replay of a graph with collectives still
+  // runs when one is launched outside it (NCCL's rule with graph mixing off).
   const c10::intrusive_ptr<c10d::ProcessGroup>& group() const;
   // Whether NCCL's graph mixing is off for this process (NCCL_GRAPH_MIXING_SUPPORT read as NCCL reads it) in a run
   // whose graphs hold collectives.
