@@ -18,7 +18,12 @@ namespace {
 // 16 us; 1024 blocks keep about 30 warps per SM. Below the cap a block takes at least kRowsPerPartial rows:
 // with one row each (the workshop's 1024 rows), the weight-gradient kernel read back a scratch buffer as
 // large as x, 2 MB in 8 blocks at hidden 512, and took 5.2 us of the backward's 9 (H100, bf16 v4 step).
+// A floor of kMinBackwardBlocks blocks where there are rows enough: at the workshop's 1024 rows, 4 rows a block
+// left 256 blocks (2 a SM) and each backward took 3.8 us with its weight gradient; 2 rows a block (512 blocks) made
+// the bf16 v4 step 1.559 ms instead of 1.582 (H100, two runs each in one call), 1 row a block 1.563 ms. The medium
+// config (2048 rows, 512 blocks at 4 rows) was 0.1 ms slower with 1 or 2 rows a block, so the floor leaves it.
 constexpr int64_t kMaxBackwardPartials = 1024;
+constexpr int64_t kMinBackwardBlocks = 512;
 constexpr int64_t kRowsPerPartial = 4;
 
 // =================================================================================================
@@ -147,7 +152,19 @@ __global__ void rms_norm_weight_grad_kernel(const float* partial, int64_t num_pa
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kWeightGradColumns + threadIdx.x;
   float sum = 0.0f;
   if (col < hidden) {
-    for (int64_t b = threadIdx.y; b < num_partials; b += kWeightGradLanes) sum += partial[b * hidden + col];
+    // kUnroll loads in flight before their adds, which still run in the order b, b + kLanes, ... (the same sum,
+    // bit for bit): the partial rows lie hidden * 4 bytes apart, so each load is its own trip to L2. Not timed
+    // alone; the step times quoted above kMinBackwardBlocks were measured with it.
+    constexpr int kUnroll = 8;
+    int64_t b = threadIdx.y;
+    for (; b + (kUnroll - 1) * kWeightGradLanes < num_partials; b += kUnroll * kWeightGradLanes) {
+      float values[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) values[u] = partial[(b + u * kWeightGradLanes) * hidden + col];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) sum += values[u];
+    }
+    for (; b < num_partials; b += kWeightGradLanes) sum += partial[b * hidden + col];
   }
   lane_sums[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
@@ -235,7 +252,8 @@ LaunchStatus rms_norm_forward(const RmsNormForwardParams& params, DType residual
 }
 
 int64_t rms_norm_backward_num_partials(int64_t rows) {
-  const int64_t blocks = (rows + kRowsPerPartial - 1) / kRowsPerPartial;
+  int64_t blocks = (rows + kRowsPerPartial - 1) / kRowsPerPartial;
+  if (blocks < kMinBackwardBlocks) blocks = rows < kMinBackwardBlocks ? rows : kMinBackwardBlocks;
   return blocks < kMaxBackwardPartials ? blocks : kMaxBackwardPartials;
 }
 
