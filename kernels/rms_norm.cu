@@ -19,9 +19,10 @@ namespace {
 // with one row each (the workshop's 1024 rows), the weight-gradient kernel read back a scratch buffer as
 // large as x, 2 MB in 8 blocks at hidden 512, and took 5.2 us of the backward's 9 (H100, bf16 v4 step).
 // A floor of kMinBackwardBlocks blocks where there are rows enough: at the workshop's 1024 rows, 4 rows a block
-// left 256 blocks (2 a SM) and each backward took 3.8 us with its weight gradient; 2 rows a block (512 blocks) made
-// the bf16 v4 step 1.559 ms instead of 1.582 (H100, two runs each in one call), 1 row a block 1.563 ms. The medium
-// config (2048 rows, 512 blocks at 4 rows) was 0.1 ms slower with 1 or 2 rows a block, so the floor leaves it.
+// left 256 blocks (2 a SM); 2 rows a block (512 blocks) made the bf16 v4 step 1.559 ms instead of 1.582 (H100, two
+// runs each in one call; the step's RMSNorm kernels, forward included, 170 instead of 195 us), 1 row a block 1.563
+// ms. The medium config (2048 rows, 512 blocks at 4 rows) was not faster with 1 or 2 rows a block (34.36-34.46 ms
+// against 34.22-34.32; repeats differed by up to 0.10 ms), so the floor leaves it at 4.
 constexpr int64_t kMaxBackwardPartials = 1024;
 constexpr int64_t kMinBackwardBlocks = 512;
 constexpr int64_t kRowsPerPartial = 4;

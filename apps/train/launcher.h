@@ -89,8 +89,8 @@ ZeroGather parse_zero_gather(const std::string& value);
 // NCCL's graph mixing (NCCL_GRAPH_MIXING_SUPPORT, NCCL's default 1) lets collectives captured in a CUDA graph and
 // collectives launched outside it be outstanding at once, by putting NCCL's own stream and events between each
 // captured collective and the step's kernels. Off, the collectives sit on the step's streams as captured: on 2 x H200
-// (medium bf16, v4 graphed, ZeRO-1) the step took 32.70-32.82 ms against 33.11-33.29 ms with it on (the gaps
-// before the GEMMs and attention kernels shrank; docs/multi-gpu.md). The price, in NCCL's documentation: no
+// (medium bf16, v4 graphed, ZeRO-1) the step took 32.12-32.13 ms against 33.02-33.08 ms with it on (another host:
+// 32.71-32.82 against 33.11-33.29; the gaps before the GEMMs and attention kernels shrank; docs/multi-gpu.md). The price, in NCCL's documentation: no
 // collective may be launched outside a graph while a replay of a graph that holds collectives may still run,
 // whatever the streams; DistributedContext then waits for the device first (apps/train/distributed.h).
 // The variable's value as NCCL reads it (strtoll, base 0, when set and not empty): true when it turns mixing off.
