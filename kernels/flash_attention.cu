@@ -518,6 +518,7 @@ FlashKernel default_flash_kernel(DType dtype) {
 
 bool flash_kernel_available(FlashKernel kernel, DType dtype) {
   if (kernel == FlashKernel::kSharedMemoryTiles) return true;
+  if (kernel == FlashKernel::kHopper) return dtype != DType::kFloat32 && hopper_flash_forward_present();
 #if defined(TT_MMA_SYNC)
   return dtype != DType::kFloat32;
 #else
@@ -552,6 +553,7 @@ LaunchStatus dispatch(const Params& params, DType dtype, void* stream, FlashKern
 }  // namespace
 
 LaunchStatus flash_attention_forward(const FlashForwardParams& params, DType dtype, void* stream, FlashKernel kernel) {
+  if (kernel == FlashKernel::kHopper) return flash_attention_forward_hopper(params, dtype, stream);
   return dispatch(params, dtype, stream, kernel, flash_attention_forward_tiled,
                   [&](auto element, auto head_dim, auto rope) -> LaunchStatus {
 #if defined(TT_MMA_SYNC)
@@ -566,6 +568,11 @@ LaunchStatus flash_attention_forward(const FlashForwardParams& params, DType dty
 
 LaunchStatus flash_attention_backward(const FlashBackwardParams& params, DType dtype, void* stream,
                                       FlashKernel kernel) {
+  // The Hopper generation has no backward of its own yet: its forward writes the same output and log-sum-exp.
+  if (kernel == FlashKernel::kHopper) {
+    if (!flash_kernel_available(kernel, dtype)) return {"this flash attention kernel does not exist for this dtype"};
+    kernel = FlashKernel::kRegisterTiles;
+  }
   return dispatch(params, dtype, stream, kernel, flash_attention_backward_tiled,
                   [&](auto element, auto head_dim, auto rope) -> LaunchStatus {
 #if defined(TT_MMA_SYNC)

@@ -3,11 +3,14 @@
 // optionally with RoPE applied to q and k as they are loaded.
 // Plain pointers and strides; inputs are checked by the op layer (kernels/ops/flash_attention.cpp).
 //
-// Two generations of kernels implement it (README's attention page measures the step from one to the other):
+// Three generations of kernels implement it (README's attention page measures the steps between them):
 //  * register tiles (flash_attention.cu): after FlashAttention-2, scores and probabilities never leave
 //    registers, tiles stream in through cp.async; bf16/fp16 on NVIDIA sm_80+;
 //  * shared-memory tiles (flash_attention_tiled.cu): every score tile goes through shared memory in fp32,
-//    vendor-neutral (WMMA, MFMA or FMA units); fp32 everywhere, and every dtype on AMD.
+//    vendor-neutral (WMMA, MFMA or FMA units); fp32 everywhere, and every dtype on AMD;
+//  * Hopper (flash_attention_hopper.cu): after FlashAttention-3, TMA loads by a producer warpgroup and wgmma
+//    products by two consumer warpgroups; the forward only (its backward is the register generation's), bf16/fp16,
+//    head_dim 64 and 128, no RoPE, NVIDIA sm_90a builds on sm_90 GPUs.
 #pragma once
 
 #include <cstdint>
@@ -84,15 +87,16 @@ struct FlashBackwardParams {
 };
 
 enum class FlashKernel {
-  kRegisterTiles,     // flash_attention.cu
-  kSharedMemoryTiles  // flash_attention_tiled.cu
+  kRegisterTiles,      // flash_attention.cu
+  kSharedMemoryTiles,  // flash_attention_tiled.cu
+  kHopper              // flash_attention_hopper.cu (forward; the backward runs the register tiles)
 };
 
 // The kernel generation that serves `dtype` in this build: register tiles for bf16/fp16 on CUDA builds,
 // shared-memory tiles otherwise.
 FlashKernel default_flash_kernel(DType dtype);
 
-// Whether `kernel` exists for `dtype` in this build.
+// Whether `kernel` exists for `dtype` in this build (for kHopper: and on the current GPU).
 bool flash_kernel_available(FlashKernel kernel, DType dtype);
 
 // Writes out and lse. Memory: O(seq) per head; the scores live one tile at a time in shared memory.
@@ -107,6 +111,12 @@ LaunchStatus flash_attention_backward(const FlashBackwardParams& params, DType d
 // rope_cos/rope_sin must be nullptr.
 LaunchStatus flash_attention_forward_tiled(const FlashForwardParams& params, DType dtype, void* stream);
 LaunchStatus flash_attention_backward_tiled(const FlashBackwardParams& params, DType dtype, void* stream);
+
+// The Hopper generation's forward (flash_attention_hopper.cu), which flash_attention_forward dispatches to; it
+// refuses RoPE and head dims other than 64 and 128. hopper_flash_forward_present: the current GPU is sm_90 and
+// this build has the kernel's sm_90a code.
+LaunchStatus flash_attention_forward_hopper(const FlashForwardParams& params, DType dtype, void* stream);
+bool hopper_flash_forward_present();
 
 #if defined(__CUDACC__) || defined(__HIP__)
 // =================================================================================================

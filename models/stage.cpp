@@ -195,6 +195,10 @@ torch::Tensor flash_attention_shared_memory_tiles(const torch::Tensor& q, const 
   return ops::flash_attention(q, k, v, ops::FlashAttentionKernel::kSharedMemoryTiles);
 }
 
+torch::Tensor flash_attention_hopper(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  return ops::flash_attention(q, k, v, ops::FlashAttentionKernel::kHopper);
+}
+
 nlohmann::json no_backend_choice(const AttentionShape&, Precision, const torch::Device&) {
   return nlohmann::json::object();
 }
@@ -334,6 +338,11 @@ const std::vector<AttentionImplementation>& attention_implementations() {
       {{AttentionKind::kOurFlashSharedMemory, "tt::ops::flash_attention (shared-memory tiles)",
         "the first generation of our kernel: score tiles through shared memory in fp32 (kept for kernel_bench)",
         flash_attention_shared_memory_tiles},
+       no_backend_choice},
+      {{AttentionKind::kOurFlashHopper, "tt::ops::flash_attention (Hopper forward)",
+        "the Hopper generation of our kernel: TMA loads and wgmma products in the forward (sm_90), the register "
+        "tiles' backward (kept for kernel_bench)",
+        flash_attention_hopper},
        no_backend_choice},
       {{AttentionKind::kOurFlash, "tt::ops::flash_attention",
         "our flash attention kernel (tt::ops::flash_attention): register tiles (mma.sync) for bf16/fp16 on NVIDIA, "

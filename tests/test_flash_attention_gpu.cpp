@@ -292,6 +292,46 @@ TEST(FlashAttentionGpu, SharedMemoryTilesStillMatchTheReference) {
       check_attention(random_inputs(c, dtype), dtype, "shared-memory tiles", tiled);
 }
 
+// The Hopper generation's forward (TMA + wgmma, sm_90 only; its backward is the register tiles'): output and all
+// three gradients against the reference over both dtypes and head dims, grouped-query ratios 1 to 8, lengths that
+// end inside a 64-row warpgroup, a 128-row block and a 128-key tile, long ones (many tiles, both ring slots
+// reused), several batch entries, and the fused-QKV views v4 passes ([B, S, H, D] strides, read by the tensor
+// maps as they are). Then bitwise reproducibility, and its refusals. Skips where the kernel does not run.
+TEST(FlashAttentionGpu, HopperForwardMatchesTheReference) {
+  TT_REQUIRE_GPU();
+  if (!tt::ops::flash_attention_kernel_applies(tt::ops::FlashAttentionKernel::kHopper, torch::kBFloat16, 64))
+    GTEST_SKIP() << "the Hopper flash attention kernel needs an sm_90 GPU and an sm_90a build";
+  torch::manual_seed(9);
+  const Attention hopper = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return tt::ops::flash_attention(q, k, v, tt::ops::FlashAttentionKernel::kHopper);
+  };
+  int64_t case_index = 0;
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat16}) {
+    for (const int64_t head_dim : {64, 128}) {
+      for (const auto& [q_heads, kv_heads] : std::vector<std::pair<int64_t, int64_t>>{{8, 8}, {8, 2}, {8, 1}}) {
+        for (const int64_t seq : {1, 63, 64, 100, 128, 129, 255, 300, 1060}) {
+          const Config c{case_index % 3 == 0 ? 3 : 1, q_heads, kv_heads, seq, head_dim};
+          const bool fused = case_index++ % 2 == 1;
+          check_attention(fused ? fused_qkv_views(c, dtype) : random_inputs(c, dtype), dtype,
+                          fused ? "Hopper forward, fused-QKV views" : "Hopper forward", hopper);
+        }
+      }
+    }
+    check_attention(random_inputs({1, 16, 2, 4096, 128}, dtype), dtype, "Hopper forward, long", hopper);
+    check_attention(random_inputs({2, 8, 4, 2048, 64}, dtype), dtype, "Hopper forward, long", hopper);
+  }
+
+  auto in = random_inputs({2, 8, 2, 1000, 128}, torch::kBFloat16);
+  auto first = hopper(in.q, in.k, in.v);
+  for (int run = 0; run < 2; ++run)
+    EXPECT_TRUE(torch::equal(first, hopper(in.q, in.k, in.v))) << "the Hopper forward differs between identical runs";
+
+  auto fp32 = random_inputs({1, 2, 2, 64, 64}, torch::kFloat32);
+  expect_error([&] { hopper(fp32.q, fp32.k, fp32.v); }, "the Hopper kernel runs bf16/fp16 with head_dim 64 or 128");
+  auto d32 = random_inputs({1, 2, 2, 64, 32}, torch::kBFloat16);
+  expect_error([&] { hopper(d32.q, d32.k, d32.v); }, "head_dim 32");
+}
+
 // Every kernel the two generations instantiate, once each, at sizes compute-sanitizer gets through in minutes:
 // scripts/gpu_validate.sh runs this test, and only this one of the attention suite, under memcheck, racecheck,
 // synccheck and initcheck. The loops are the launchers' template axes (kernels/flash_attention.cu dispatch(),

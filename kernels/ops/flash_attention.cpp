@@ -158,8 +158,11 @@ torch::Tensor empty_bshd_as(const torch::Tensor& like) {
 
 // The kernel generation that runs a call: the register tiles by default where they exist for the dtype.
 kernels::FlashKernel kernel_for(torch::ScalarType dtype, FlashAttentionKernel choice) {
-  return choice == FlashAttentionKernel::kSharedMemoryTiles ? kernels::FlashKernel::kSharedMemoryTiles
-                                                            : kernels::default_flash_kernel(detail::kernel_dtype(dtype));
+  switch (choice) {
+    case FlashAttentionKernel::kSharedMemoryTiles: return kernels::FlashKernel::kSharedMemoryTiles;
+    case FlashAttentionKernel::kHopper: return kernels::FlashKernel::kHopper;
+    default: return kernels::default_flash_kernel(detail::kernel_dtype(dtype));
+  }
 }
 
 const float* data_or_null(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
@@ -284,7 +287,13 @@ struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction
       q_saved = kernel_ready(q);
       k_saved = kernel_ready(k);
       v_saved = kernel_ready(v);
-      const auto generation = kernel_for(q.scalar_type(), static_cast<FlashAttentionKernel>(kernel));
+      const auto choice = static_cast<FlashAttentionKernel>(kernel);
+      TORCH_CHECK(flash_attention_kernel_applies(choice, q.scalar_type(), q.size(3)),
+                  "tt::ops::flash_attention: the Hopper kernel runs bf16/fp16 with head_dim 64 or 128 on an sm_90 GPU "
+                  "(sm_90a build) only; got ", q.scalar_type(), ", head_dim ", q.size(3));
+      TORCH_CHECK(choice != FlashAttentionKernel::kHopper || !cos.has_value(),
+                  "tt::ops::flash_attention: the Hopper kernel takes no RoPE in the load");
+      const auto generation = kernel_for(q.scalar_type(), choice);
       auto result = forward_gpu(q_saved, k_saved, v_saved, generation, cos.value_or(torch::Tensor()),
                                 sin.value_or(torch::Tensor()));
       out = result.out;
@@ -378,6 +387,17 @@ torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, co
 
 torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   return flash_attention(q, k, v, FlashAttentionKernel::kDefault);
+}
+
+bool flash_attention_kernel_applies(FlashAttentionKernel kernel, torch::ScalarType dtype, int64_t head_dim) {
+  if (kernel != FlashAttentionKernel::kHopper) return true;
+#ifdef TT_HAVE_GPU_KERNELS
+  return (dtype == torch::kBFloat16 || dtype == torch::kFloat16) && (head_dim == 64 || head_dim == 128) &&
+         kernels::flash_kernel_available(kernels::FlashKernel::kHopper, detail::kernel_dtype(dtype));
+#else
+  (void)dtype, (void)head_dim;
+  return false;
+#endif
 }
 
 namespace {

@@ -1,0 +1,231 @@
+// The Hopper (sm_90a) layer under our wgmma/TMA kernels: warpgroup roles and register budgets, mbarriers,
+// TMA tensor maps and copies, shared-memory matrix descriptors and the wgmma products. Beside vendor.cuh's
+// fragment layer (mma.sync, ldmatrix, cp.async), which every NVIDIA kernel from sm_80 uses; this one compiles to
+// instructions only for sm_90a (TT_HOPPER_DEVICE), and is empty on AMD.
+//
+// The layouts, stated once (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"):
+//  * A warpgroup is 4 consecutive warps (128 threads, the first a multiple of 128). wgmma is issued by all
+//    of them together and multiplies a 64 x N tile: warp w of the warpgroup owns rows 16w..16w+15.
+//  * The fp32 accumulator of a 64 x N product, per thread: d[n][e] for 8-column group n, exactly the
+//    mma.sync C fragment of the warp's 16 rows (vendor.cuh's table): row g or g + 8 (e >= 2), column
+//    8n + 2t + (e & 1). So the register kernels' softmax steps (flash_fragments.cuh) run on it unchanged.
+//  * An A operand in registers (16 x 16 of a warp's rows per k step, 4 registers of two 16-bit values) is the
+//    mma.sync A fragment: to_a_fragments turns probabilities into it.
+//  * Operands in shared memory are described by a 64-bit descriptor (smem_descriptor): tiles stored in rows
+//    of 128 bytes (64 16-bit elements) with the 128-byte swizzle (the 16-byte chunk c of row r sits at chunk
+//    c ^ (r % 8)), 8 rows making a 1024-byte atom; the tile must start 1024-byte aligned. TMA writes exactly
+//    this layout when its tensor map says CU_TENSOR_MAP_SWIZZLE_128B with a 128-byte inner box. A matrix wider
+//    than 64 elements is stored as panels of 64 columns, one after the other.
+//      K-major (the reduced dimension contiguous; q and k rows for S = Q K^T): stride byte offset = 1024
+//      between 8-row atoms; the 16-element k step j of a panel starts 32 j bytes into it (the swizzle acts on
+//      the address bits, which is why atoms must be aligned).
+//      MN-major (the output dimension contiguous; v rows for O = P V, wgmma's transpose flag on B): stride
+//      byte offset = 1024 between groups of 8 reduced rows, leading byte offset = the panel's size between
+//      the 64-column panels of the output dimension; k step j starts 16 rows = 2048 j bytes in.
+#pragma once
+
+#include <cstdint>
+
+#include "vendor.cuh"
+
+#if defined(__CUDACC__) && !defined(__HIP__)
+#include <cuda.h>  // CUtensorMap and its enums only: the encoder is reached through the runtime, no -lcuda
+#endif
+
+// Device code of sm_90a (wgmma, setmaxnreg and TMA need the architecture-specific target).
+#if defined(__CUDA_ARCH__) && !defined(__HIP__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TT_HOPPER_DEVICE 1
+#endif
+
+#if defined(__CUDACC__) && !defined(__HIP__)
+
+namespace tt::kernels::hopper {
+
+constexpr int kWarpgroupThreads = 4 * kMmaLanes;
+// Bytes of one 128-byte-swizzled row and of an 8-row atom.
+constexpr int kSwizzleRowBytes = 128;
+constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
+// 16-bit elements per row of a swizzled panel.
+constexpr int kPanelColumns = kSwizzleRowBytes / 2;
+
+// Bytes of a [rows x cols] 16-bit tile stored as 64-column swizzled panels.
+constexpr int panel_tile_bytes(int rows, int cols) { return rows * cols * 2; }
+
+// ---------------------------------------------------------------------------------------------
+// Host: TMA tensor maps
+// ---------------------------------------------------------------------------------------------
+
+// A tensor map over one [B, H, S, D] operand given by element strides (FlashStrides' batch, head, seq; D
+// contiguous), read in boxes of `box_rows` sequence rows x 64 columns of one head, 128-byte swizzled. Rows past
+// the sequence's end read as zeros. Returns the driver's message on failure (strides not multiples of 16 bytes,
+// say), nullptr on success.
+const char* encode_tensor_map(CUtensorMap* map, const void* base, bool bf16, int64_t batch, int64_t heads,
+                              int64_t seq, int64_t head_dim, int64_t batch_stride, int64_t head_stride,
+                              int64_t seq_stride, int box_rows);
+
+}  // namespace tt::kernels::hopper
+
+#endif  // NVIDIA
+
+#if defined(TT_HOPPER_DEVICE)
+
+namespace tt::kernels::hopper {
+
+__device__ __forceinline__ int warpgroup() { return static_cast<int>(threadIdx.x) / kWarpgroupThreads; }
+__device__ __forceinline__ int warp_in_warpgroup() { return static_cast<int>(threadIdx.x) / kMmaLanes % 4; }
+
+// A warpgroup's register budget, moved between warpgroups at run time (setmaxnreg): the producer, which only
+// issues copies, gives registers up so that the consumers' accumulators fit.
+template <int kRegisters>
+__device__ __forceinline__ void registers_decrease() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void registers_increase() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+// ---------------------------------------------------------------------------------------------
+// mbarriers: a phase completes when `count` arrivals and the expected transaction bytes (TMA) are in;
+// waiters name the phase by its parity. A fresh barrier counts as having completed phase "parity 1", so a
+// producer's first wait for an empty slot (parity 1) passes at once.
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ void barrier_init(uint64_t* barrier, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(barrier)), "r"(count));
+}
+// Makes initialised barriers visible to the async proxy (TMA) and the other threads (a block barrier follows).
+__device__ __forceinline__ void barrier_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+
+// One arrival that also announces `bytes` of transactions for this phase.
+__device__ __forceinline__ void barrier_arrive_expect_bytes(uint64_t* barrier, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(barrier)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void barrier_arrive(uint64_t* barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(barrier)) : "memory");
+}
+__device__ __forceinline__ void barrier_wait(uint64_t* barrier, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwaiting:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra waiting;\n}\n" ::"r"(shared_address(barrier)),
+      "r"(parity)
+      : "memory");
+}
+
+// ---------------------------------------------------------------------------------------------
+// TMA: one thread copies a box of a tensor map into shared memory; the bytes complete on `barrier`.
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ void tma_load_4d(void* destination, const CUtensorMap* map, uint64_t* barrier, int c0,
+                                            int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];\n" ::"r"(shared_address(destination)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(shared_address(barrier)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared-memory matrix descriptors (the layouts are in this file's header comment)
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint64_t smem_descriptor(const void* start, uint32_t leading_bytes, uint32_t stride_bytes) {
+  constexpr uint64_t kSwizzle128B = 1;
+  return static_cast<uint64_t>((shared_address(start) & 0x3FFFF) >> 4) |
+         (static_cast<uint64_t>((leading_bytes >> 4) & 0x3FFF) << 16) |
+         (static_cast<uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32) | (kSwizzle128B << 62);
+}
+
+// The 16-element k step `k` of a K-major tile of `rows` rows stored as 64-column panels from `tile`.
+__device__ __forceinline__ uint64_t k_major_descriptor(const unsigned char* tile, int rows, int k) {
+  const unsigned char* start = tile + (k / 4) * rows * kSwizzleRowBytes + (k % 4) * 32;
+  return smem_descriptor(start, 16, kSwizzleAtomBytes);
+}
+
+// The 16-row k step `k` of an MN-major tile (rows = the reduced dimension, `rows` of them per panel).
+__device__ __forceinline__ uint64_t mn_major_descriptor(const unsigned char* tile, int rows, int k) {
+  return smem_descriptor(tile + k * 16 * kSwizzleRowBytes, rows * kSwizzleRowBytes, kSwizzleAtomBytes);
+}
+
+// ---------------------------------------------------------------------------------------------
+// wgmma: products issued asynchronously by a whole warpgroup. The order is fence (the accumulators and
+// shared operands written before are visible), the products, commit (closes a group), wait (at most kPending
+// groups still running). The accumulator registers must not be touched in between: fence_operands pins them
+// so that the compiler does not move their uses across the wait.
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+template <int kN>
+__device__ __forceinline__ void fence_operands(float (&d)[kN][4]) {
+#pragma unroll
+  for (int n = 0; n < kN; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[n][e])::"memory");
+}
+
+// The instructions, one per output width N (64 or 128) and A source; T = bf16 or fp16, fp32 accumulators.
+// `accumulate` false overwrites d (d = A B). kTransA/kTransB: 0 = K-major, 1 = MN-major.
+
+// Generated once (64 and 128 columns; the operand lists are the accumulator's registers in order).
+#define TT_WGMMA_SS_N64(TYPE)                                                                       \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                          \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n" \
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) \
+               : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransA), "n"(kTransB))
+
+#define TT_WGMMA_RS_N64(TYPE)                                                                       \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                          \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n" \
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]) \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransB))
+
+#define TT_WGMMA_SS_N128(TYPE)                                                                       \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                          \
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %67, %68;\n}\n" \
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) \
+               : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransA), "n"(kTransB))
+
+#define TT_WGMMA_RS_N128(TYPE)                                                                       \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                          \
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n" \
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]) \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransB))
+
+
+// d [64 x N] (+)= A B with A [64 x 16] and B [16 x N] in shared memory.
+template <typename T, int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma(float (&d)[8][4], uint64_t a, uint64_t b, bool accumulate) {
+  if constexpr (std::is_same_v<T, bf16>) { TT_WGMMA_SS_N64("bf16"); } else { TT_WGMMA_SS_N64("f16"); }
+}
+template <typename T, int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma(float (&d)[16][4], uint64_t a, uint64_t b, bool accumulate) {
+  if constexpr (std::is_same_v<T, bf16>) { TT_WGMMA_SS_N128("bf16"); } else { TT_WGMMA_SS_N128("f16"); }
+}
+// d [64 x N] (+)= A B with A [64 x 16] in registers (the A fragments of the warps' 16 rows).
+template <typename T, int kTransB>
+__device__ __forceinline__ void wgmma(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
+  if constexpr (std::is_same_v<T, bf16>) { TT_WGMMA_RS_N64("bf16"); } else { TT_WGMMA_RS_N64("f16"); }
+}
+template <typename T, int kTransB>
+__device__ __forceinline__ void wgmma(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
+  if constexpr (std::is_same_v<T, bf16>) { TT_WGMMA_RS_N128("bf16"); } else { TT_WGMMA_RS_N128("f16"); }
+}
+
+#undef TT_WGMMA_SS_N64
+#undef TT_WGMMA_RS_N64
+#undef TT_WGMMA_SS_N128
+#undef TT_WGMMA_RS_N128
+
+}  // namespace tt::kernels::hopper
+
+#endif  // TT_HOPPER_DEVICE
