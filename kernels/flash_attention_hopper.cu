@@ -70,18 +70,19 @@ namespace {
 using namespace flash;
 
 // The block's shape and its shared memory: Q, then the ring's K and V slots (each 1024-byte aligned, as the
-// swizzle needs), the output staging rows, the barriers.
+// swizzle needs), the output staging rows, the barriers. Head dim 64 takes three consumer warpgroups (192 query
+// rows: each K/V tile serves more queries, and the accumulators are small), 128 takes two (FA3's tile sizes).
 template <int kD>
 struct HopperForwardShape {
-  static constexpr int kConsumers = 2;                 // warpgroups of 64 query rows
+  static constexpr int kConsumers = kD == 64 ? 3 : 2;  // warpgroups of 64 query rows
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = 128;                  // keys per tile
   static constexpr int kStages = 2;
   static constexpr int kThreads = (1 + kConsumers) * hopper::kWarpgroupThreads;
-  static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
-  static_assert(kProducerRegisters * hopper::kWarpgroupThreads + kConsumerRegisters * kConsumers * hopper::kWarpgroupThreads <=
-                    64 * 1024,
+  // The producer's registers go to the consumers; together they fill the SM's 64 K registers.
+  static constexpr int kProducerRegisters = kConsumers == 2 ? 24 : 32;
+  static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
+  static_assert((kProducerRegisters + kConsumers * kConsumerRegisters) * hopper::kWarpgroupThreads <= 64 * 1024,
                 "the register budgets must fit the SM's 64 K registers");
   static constexpr int kQBytes = hopper::panel_tile_bytes(kBlockM, kD);
   static constexpr int kTileBytes = hopper::panel_tile_bytes(kBlockN, kD);  // one K or one V tile
@@ -92,6 +93,7 @@ struct HopperForwardShape {
   static constexpr int kBarriers = kStaging + tile_bytes<kD>(kBlockM);
   static constexpr int kBarrierCount = 1 + 3 * kStages;  // Q full; K full, V full and empty per slot
   static constexpr int kBytes = kBarriers + 8 * kBarrierCount + 1024;  // + the alignment of the start
+  static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0, "swizzled tiles start 1024-byte aligned");
   static_assert(kBarriers % 8 == 0, "barriers are 8-byte words");
 };
 
@@ -169,39 +171,63 @@ __global__ void __launch_bounds__(HopperForwardShape<kD>::kThreads, 1)
   float o[1][kD / 8][4];
   float row_max[1][2] = {{-INFINITY, -INFINITY}};  // raw scores; rows lane/4 and lane/4 + 8 of the warp
   float row_sum[1][2] = {{0.0f, 0.0f}};            // this lane's share
+  float alpha[1][2];
+  float s[1][kBlockN / 8][4];
+  uint32_t probs[kBlockN / 16][4];  // the previous tile's P, the A operand of its O += P V
   zero(o[0]);
-  barrier_wait(q_full, 0);
 
-  for (int tile = 0; tile < tiles; ++tile) {
+  // S = Q K^T of tile `tile`, issued (the caller commits and waits).
+  auto issue_scores = [&](int tile) {
     const int slot = tile % kStages;
-    const int parity = (tile / kStages) & 1;
-    float s[1][kBlockN / 8][4];
-
-    barrier_wait(&k_full[slot], parity);
+    barrier_wait(&k_full[slot], (tile / kStages) & 1);
     wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < kD / 16; ++k)  // S = Q K^T
+    for (int k = 0; k < kD / 16; ++k)
       wgmma<T, 0, 0>(s[0], k_major_descriptor(my_q, kBlockM, k), k_major_descriptor(k_tile(slot), kBlockN, k), k > 0);
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands(s[0]);
-
-    if (tile == tiles - 1) mask_scores<1, kBlockN>(s, tile * kBlockN, warp_q0, seq);  // the diagonal tile
-    online_softmax<1, kBlockN, kD>(s, o, row_max, row_sum, scale_log2);
-    uint32_t probs[kBlockN / 16][4];
-    to_a_fragments<T, kBlockN>(probs, s[0]);
-
-    barrier_wait(&v_full[slot], parity);
+  };
+  // O += P V of tile `tile` with the probabilities in `probs`, issued and committed.
+  auto issue_values = [&](int tile) {
+    const int slot = tile % kStages;
+    barrier_wait(&v_full[slot], (tile / kStages) & 1);
     fence_operands(o[0]);
     wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < kBlockN / 16; ++k)  // O += P V
+    for (int k = 0; k < kBlockN / 16; ++k)
       wgmma<T, 1>(o[0], probs[k], mn_major_descriptor(v_tile(slot), kBlockN, k), true);
     wgmma_commit();
-    wgmma_wait<0>();
+  };
+  // The causal mask where a tile holds keys after the block's first query or past the sequence's end.
+  auto softmax_of = [&](int tile) {
+    if ((tile + 1) * kBlockN - 1 > q0 || (tile + 1) * kBlockN > seq)
+      mask_scores<1, kBlockN>(s, tile * kBlockN, warp_q0, seq);
+    online_softmax_statistics<1, kBlockN>(s, row_max, row_sum, scale_log2, alpha);
+  };
+
+  barrier_wait(q_full, 0);
+  issue_scores(0);
+  wgmma_wait<0>();
+  fence_operands(s[0]);
+  softmax_of(0);  // o is still zero: no rescaling
+  to_a_fragments<T, kBlockN>(probs, s[0]);
+  // FA3's pipeline within a warpgroup: the next tile's scores are issued before this tile's P V, and the softmax
+  // of the next tile runs while P V is still in the tensor cores; O's rescaling waits for P V to finish.
+  for (int tile = 1; tile < tiles; ++tile) {
+    issue_scores(tile);
+    issue_values(tile - 1);
+    wgmma_wait<1>();  // the scores
+    fence_operands(s[0]);
+    softmax_of(tile);
+    wgmma_wait<0>();  // P V of the previous tile: its slot is free again
     fence_operands(o[0]);
-    barrier_arrive(&empty[slot]);
+    barrier_arrive(&empty[(tile - 1) % kStages]);
+    rescale_rows<1, kD>(o, alpha);
+    to_a_fragments<T, kBlockN>(probs, s[0]);
   }
+  issue_values(tiles - 1);
+  wgmma_wait<0>();
+  fence_operands(o[0]);
+  barrier_arrive(&empty[(tiles - 1) % kStages]);
 
   finish_softmax<1, kD>(o, row_max, row_sum, scale_log2, warp_q0, seq, p.lse + (block.batch * p.q_heads + block.head) * p.seq);
   // Each warp stages and writes its own 16 rows, 16 bytes at a time.

@@ -292,14 +292,15 @@ __device__ __forceinline__ void mask_scores(float (&s)[kFrags][kBlockN / 8][4], 
       }
 }
 
-// One tile of the online softmax (FlashAttention-2, Algorithm 1): per row, the running maximum over the quad
-// takes in this tile's scores; the scores become unnormalised probabilities exp2((s - max) * scale_log2) in
-// place; the running sum (this lane's share) and the output rows are rescaled by exp2((old max - new max) *
-// scale_log2) and the sum takes in the new probabilities.
-template <int kFrags, int kBlockN, int kD>
-__device__ __forceinline__ void online_softmax(float (&s)[kFrags][kBlockN / 8][4], float (&o)[kFrags][kD / 8][4],
-                                               float (&row_max)[kFrags][2], float (&row_sum)[kFrags][2],
-                                               float scale_log2) {
+// One tile of the online softmax's statistics (FlashAttention-2, Algorithm 1): per row, the running maximum over
+// the quad takes in this tile's scores; the scores become unnormalised probabilities exp2((s - max) * scale_log2)
+// in place; the running sum (this lane's share) is rescaled by alpha = exp2((old max - new max) * scale_log2) and
+// takes in the new probabilities. alpha is returned per row for the output rows (rescale_rows), which a caller
+// may rescale later: the Hopper forward does so once the product still accumulating into them has finished.
+template <int kFrags, int kBlockN>
+__device__ __forceinline__ void online_softmax_statistics(float (&s)[kFrags][kBlockN / 8][4],
+                                                          float (&row_max)[kFrags][2], float (&row_sum)[kFrags][2],
+                                                          float scale_log2, float (&alpha)[kFrags][2]) {
 #pragma unroll
   for (int m = 0; m < kFrags; ++m) {
 #pragma unroll
@@ -311,7 +312,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[kFrags][kBlockN / 8][4
       // Tile 0 holds key 0, which every query sees, so new_max is finite from then on; the guard keeps
       // -inf - -inf out of a row that had seen nothing (none does, but a NaN would spread).
       const float base = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
-      const float alpha = exp2f(row_max[m][half] * scale_log2 - base);
+      alpha[m][half] = exp2f(row_max[m][half] * scale_log2 - base);
       row_max[m][half] = new_max;
       float sum = 0.0f;
 #pragma unroll
@@ -322,14 +323,30 @@ __device__ __forceinline__ void online_softmax(float (&s)[kFrags][kBlockN / 8][4
           sum += s[m][n][e];
         }
       }
-      row_sum[m][half] = row_sum[m][half] * alpha + sum;
-#pragma unroll
-      for (int n = 0; n < kD / 8; ++n) {
-        o[m][n][2 * half] *= alpha;
-        o[m][n][2 * half + 1] *= alpha;
-      }
+      row_sum[m][half] = row_sum[m][half] * alpha[m][half] + sum;
     }
   }
+}
+
+// The output rows' share of an online-softmax step: each row times its alpha.
+template <int kFrags, int kD>
+__device__ __forceinline__ void rescale_rows(float (&o)[kFrags][kD / 8][4], const float (&alpha)[kFrags][2]) {
+#pragma unroll
+  for (int m = 0; m < kFrags; ++m)
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[m][n][e] *= alpha[m][e / 2];
+}
+
+// One whole tile of the online softmax: the statistics, and the output rows rescaled at once.
+template <int kFrags, int kBlockN, int kD>
+__device__ __forceinline__ void online_softmax(float (&s)[kFrags][kBlockN / 8][4], float (&o)[kFrags][kD / 8][4],
+                                               float (&row_max)[kFrags][2], float (&row_sum)[kFrags][2],
+                                               float scale_log2) {
+  float alpha[kFrags][2];
+  online_softmax_statistics<kFrags, kBlockN>(s, row_max, row_sum, scale_log2, alpha);
+  rescale_rows<kFrags, kD>(o, alpha);
 }
 
 // The softmax's end: each output row divided by its sum (reduced over the quad once, here), and the row's
