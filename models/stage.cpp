@@ -195,8 +195,8 @@ torch::Tensor flash_attention_shared_memory_tiles(const torch::Tensor& q, const 
   return ops::flash_attention(q, k, v, ops::FlashAttentionKernel::kSharedMemoryTiles);
 }
 
-torch::Tensor flash_attention_hopper(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  return ops::flash_attention(q, k, v, ops::FlashAttentionKernel::kHopper);
+torch::Tensor flash_attention_register_tiles(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  return ops::flash_attention(q, k, v, ops::FlashAttentionKernel::kRegisterTiles);
 }
 
 nlohmann::json no_backend_choice(const AttentionShape&, Precision, const torch::Device&) {
@@ -339,14 +339,15 @@ const std::vector<AttentionImplementation>& attention_implementations() {
         "the first generation of our kernel: score tiles through shared memory in fp32 (kept for kernel_bench)",
         flash_attention_shared_memory_tiles},
        no_backend_choice},
-      {{AttentionKind::kOurFlashHopper, "tt::ops::flash_attention (Hopper forward)",
-        "the Hopper generation of our kernel: TMA loads and wgmma products in the forward (sm_90), the register "
-        "tiles' backward (kept for kernel_bench)",
-        flash_attention_hopper},
+      {{AttentionKind::kOurFlashRegisterTiles, "tt::ops::flash_attention (register tiles)",
+        "the second generation of our kernel: register tiles (mma.sync), forward and backward, bf16/fp16 on NVIDIA "
+        "(kept for kernel_bench)",
+        flash_attention_register_tiles},
        no_backend_choice},
       {{AttentionKind::kOurFlash, "tt::ops::flash_attention",
-        "our flash attention kernel (tt::ops::flash_attention): register tiles (mma.sync) for bf16/fp16 on NVIDIA, "
-        "online softmax, native GQA, deterministic backward",
+        "our flash attention kernel (tt::ops::flash_attention): on Hopper a TMA/wgmma forward (bf16/fp16, head_dim "
+        "64/128), else register tiles (mma.sync) for bf16/fp16 on NVIDIA; online softmax, native GQA, deterministic "
+        "backward",
         ops::flash_attention},
        no_backend_choice},
   };

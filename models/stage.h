@@ -32,9 +32,9 @@ enum class NormKind { kReference, kAtenFused, kOurKernel, kOurFusedResidual };
 // tt::ops::rope_qkv and run the stage's attention kind. Needs the fused QKV projection.
 enum class RopeKind { kReference, kCachedTables, kOurKernel, kOurKernelOnQkv, kInOurAttention };
 // kOurFlashSharedMemory: the first generation of our kernel, kept for kernel_bench's step-by-step table; no stage
-// uses it. kOurFlashHopper: the Hopper generation's forward (TMA, wgmma) with the register backward, where it
-// applies (tt::ops::flash_attention_kernel_applies); kernel_bench only, until it is measured faster.
-enum class AttentionKind { kMaskedMatmul, kSdpa, kOurFlash, kOurFlashSharedMemory, kOurFlashHopper };
+// uses it. kOurFlashRegisterTiles: the second generation (mma.sync, bf16/fp16 on NVIDIA), which kOurFlash runs
+// except where the Hopper generation's forward applies; kept selectable for kernel_bench's table.
+enum class AttentionKind { kMaskedMatmul, kSdpa, kOurFlash, kOurFlashSharedMemory, kOurFlashRegisterTiles };
 enum class ActivationKind { kReference, kOurKernel, kOurKernelStrided };
 // kOurFusedLinear: the output head's GEMM and our loss kernels chunk by chunk (tt::ops::linear_cross_entropy).
 enum class LossKind { kReference, kOurKernel, kOurFusedLinear };

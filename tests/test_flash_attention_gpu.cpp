@@ -279,7 +279,23 @@ TEST(FlashAttentionGpu, FusedQkvFormEqualsSplitViewsBitwise) {
                "qkv must be [B, S, q_heads + 2 kv_heads, D] = [B, S, 6, D]");
 }
 
-// The first-generation kernel stays selectable (kernel_bench measures the step between the two): it must
+// The register generation, selected by name: where the Hopper forward applies, the default no longer runs its
+// forward, so it is checked here at the head dims the Hopper one takes (and stays right for kernel_bench's table).
+TEST(FlashAttentionGpu, RegisterTilesStillMatchTheReference) {
+  TT_REQUIRE_GPU();
+  if (!tt::ops::flash_attention_kernel_applies(tt::ops::FlashAttentionKernel::kRegisterTiles, torch::kBFloat16, 64))
+    GTEST_SKIP() << "the register-tile kernels are NVIDIA-only";
+  torch::manual_seed(6);
+  const Attention registers = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return tt::ops::flash_attention(q, k, v, tt::ops::FlashAttentionKernel::kRegisterTiles);
+  };
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat16})
+    for (const Config& c : {Config{3, 8, 2, 129, 64}, Config{1, 8, 4, 300, 128}, Config{1, 8, 1, 1100, 64},
+                            Config{1, 4, 2, 2100, 128}})
+      check_attention(random_inputs(c, dtype), dtype, "register tiles", registers);
+}
+
+// The first-generation kernel stays selectable (kernel_bench measures the steps between them): it must
 // still be right.
 TEST(FlashAttentionGpu, SharedMemoryTilesStillMatchTheReference) {
   TT_REQUIRE_GPU();
@@ -332,10 +348,11 @@ TEST(FlashAttentionGpu, HopperForwardMatchesTheReference) {
   expect_error([&] { hopper(d32.q, d32.k, d32.v); }, "head_dim 32");
 }
 
-// Every kernel the two generations instantiate, once each, at sizes compute-sanitizer gets through in minutes:
+// Every kernel the three generations instantiate, once each, at sizes compute-sanitizer gets through in minutes:
 // scripts/gpu_validate.sh runs this test, and only this one of the attention suite, under memcheck, racecheck,
 // synccheck and initcheck. The loops are the launchers' template axes (kernels/flash_attention.cu dispatch(),
-// register_forward_for; flash_attention_tiled.cu): generation, dtype, head_dim, RoPE in the load (register tiles
+// register_forward_for; flash_attention_tiled.cu; flash_attention_hopper.cu: dtype x head_dim 64/128, on sm_90
+// only): generation, dtype, head_dim, RoPE in the load (register tiles
 // only) and, for the register forward, the row layout (one 16-row fragment per warp below 1024 positions, two
 // from 1024). Every length ends inside a 16-row fragment and inside every block (100 and 1060 leave 4 rows past a
 // multiple of 16 and 32, 36 past one of 64 and 128), every case has grouped-query heads (4:1 and 2:1) and a
@@ -365,11 +382,28 @@ TEST(FlashAttentionGpu, EveryKernelOnceAtSanitizerSize) {
   const Attention tiled = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
     return tt::ops::flash_attention(q, k, v, tt::ops::FlashAttentionKernel::kSharedMemoryTiles);
   };
+  const Attention registers = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return tt::ops::flash_attention(q, k, v, tt::ops::FlashAttentionKernel::kRegisterTiles);
+  };
+  const Attention hopper = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return tt::ops::flash_attention(q, k, v, tt::ops::FlashAttentionKernel::kHopper);
+  };
+  const bool have_registers =
+      tt::ops::flash_attention_kernel_applies(tt::ops::FlashAttentionKernel::kRegisterTiles, torch::kBFloat16, 64);
+  const bool have_hopper =
+      tt::ops::flash_attention_kernel_applies(tt::ops::FlashAttentionKernel::kHopper, torch::kBFloat16, 64);
   for (const int64_t head_dim : {16, 32, 64, 128}) {
-    // Register tiles (bf16, fp16; the default where they exist, else these run the shared-memory tiles again).
+    // Register tiles (bf16, fp16), without and with RoPE in the load (the default's RoPE path where they exist,
+    // else these run the shared-memory tiles again).
     for (const auto dtype : {torch::kBFloat16, torch::kFloat16})
       for (const bool rope : {false, true})
-        for (const Config& c : {one_fragment, two_fragments}) run(c, head_dim, dtype, rope, ours_default, "default");
+        for (const Config& c : {one_fragment, two_fragments})
+          run(c, head_dim, dtype, rope, have_registers ? registers : ours_default,
+              have_registers ? "register tiles" : "default");
+    // Hopper forward (bf16, fp16; head_dim 64 and 128; one block layout per head dim).
+    if (have_hopper && head_dim >= 64)
+      for (const auto dtype : {torch::kBFloat16, torch::kFloat16})
+        for (const Config& c : {one_fragment, two_fragments}) run(c, head_dim, dtype, false, hopper, "Hopper forward");
     // Shared-memory tiles: every dtype, no RoPE in the load, one row layout.
     for (const auto dtype : kDtypes) run(one_fragment, head_dim, dtype, false, tiled, "shared-memory tiles");
   }

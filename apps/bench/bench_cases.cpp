@@ -154,10 +154,12 @@ std::vector<Case> attention_cases(const BenchShape& shape, torch::ScalarType dty
                        static_cast<double>(shape.seq) * static_cast<double>(head_dim);
   // The explicit-mask reference materialises B x H x S x S scores; at long sequences that is gigabytes.
   std::vector<AttentionImplementation> entries;
-  // The Hopper generation only where it runs (an sm_90 GPU, bf16/fp16, head_dim 64 or 128).
-  const bool hopper = device.is_cuda() && ops::flash_attention_kernel_applies(ops::FlashAttentionKernel::kHopper, dtype, head_dim);
+  // The register generation only where it runs (bf16/fp16 on an NVIDIA GPU).
+  const bool registers =
+      device.is_cuda() && ops::flash_attention_kernel_applies(ops::FlashAttentionKernel::kRegisterTiles, dtype, head_dim);
   for (const auto& e : attention_implementations())
-    if ((e.kind != AttentionKind::kMaskedMatmul || shape.seq <= 1024) && (e.kind != AttentionKind::kOurFlashHopper || hopper))
+    if ((e.kind != AttentionKind::kMaskedMatmul || shape.seq <= 1024) &&
+        (e.kind != AttentionKind::kOurFlashRegisterTiles || registers))
       entries.push_back(e);
   return entry_cases(entries, forward_bytes, 3 * forward_bytes, {qg, kg, vg}, {torch::randn_like(q)},
                      [=](AttentionFn fn, bool leaves) {

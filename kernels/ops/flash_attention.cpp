@@ -156,12 +156,23 @@ torch::Tensor empty_bshd_as(const torch::Tensor& like) {
   return torch::empty({like.size(0), like.size(2), like.size(1), like.size(3)}, like.options()).transpose(1, 2);
 }
 
-// The kernel generation that runs a call: the register tiles by default where they exist for the dtype.
-kernels::FlashKernel kernel_for(torch::ScalarType dtype, FlashAttentionKernel choice) {
+// Up to this many positions the default keeps the register tiles even where the Hopper forward applies: at the
+// workshop's 128 its block of 192 queries is a third empty and it measured slower (H100, bf16 forward, kernel_bench:
+// 9.9 against 9.0 us; from 512 positions on it is faster: medium 37.7 against 41.2 us).
+constexpr int64_t kHopperDefaultMinSeq = 129;
+
+// The kernel generation that runs a call (FlashAttentionKernel's comment says which is the default).
+kernels::FlashKernel kernel_for(torch::ScalarType dtype, int64_t head_dim, int64_t seq, bool rope,
+                                FlashAttentionKernel choice) {
   switch (choice) {
     case FlashAttentionKernel::kSharedMemoryTiles: return kernels::FlashKernel::kSharedMemoryTiles;
     case FlashAttentionKernel::kHopper: return kernels::FlashKernel::kHopper;
-    default: return kernels::default_flash_kernel(detail::kernel_dtype(dtype));
+    case FlashAttentionKernel::kRegisterTiles: return kernels::FlashKernel::kRegisterTiles;
+    default:
+      if (!rope && seq >= kHopperDefaultMinSeq &&
+          flash_attention_kernel_applies(FlashAttentionKernel::kHopper, dtype, head_dim))
+        return kernels::FlashKernel::kHopper;
+      return kernels::default_flash_kernel(detail::kernel_dtype(dtype));
   }
 }
 
@@ -288,12 +299,17 @@ struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction
       k_saved = kernel_ready(k);
       v_saved = kernel_ready(v);
       const auto choice = static_cast<FlashAttentionKernel>(kernel);
-      TORCH_CHECK(flash_attention_kernel_applies(choice, q.scalar_type(), q.size(3)),
+      TORCH_CHECK(choice != FlashAttentionKernel::kHopper ||
+                      flash_attention_kernel_applies(choice, q.scalar_type(), q.size(3)),
                   "tt::ops::flash_attention: the Hopper kernel runs bf16/fp16 with head_dim 64 or 128 on an sm_90 GPU "
                   "(sm_90a build) only; got ", q.scalar_type(), ", head_dim ", q.size(3));
+      TORCH_CHECK(choice != FlashAttentionKernel::kRegisterTiles ||
+                      flash_attention_kernel_applies(choice, q.scalar_type(), q.size(3)),
+                  "tt::ops::flash_attention: the register-tile kernel runs bf16/fp16 on NVIDIA GPUs only; got ",
+                  q.scalar_type());
       TORCH_CHECK(choice != FlashAttentionKernel::kHopper || !cos.has_value(),
                   "tt::ops::flash_attention: the Hopper kernel takes no RoPE in the load");
-      const auto generation = kernel_for(q.scalar_type(), choice);
+      const auto generation = kernel_for(q.scalar_type(), q.size(3), q.size(2), cos.has_value(), choice);
       auto result = forward_gpu(q_saved, k_saved, v_saved, generation, cos.value_or(torch::Tensor()),
                                 sin.value_or(torch::Tensor()));
       out = result.out;
@@ -322,7 +338,9 @@ struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction
 #ifdef TT_HAVE_GPU_KERNELS
       const auto choice = static_cast<FlashAttentionKernel>(ctx->saved_data["kernel"].toInt());
       std::tie(grad_q, grad_k, grad_v) = backward_gpu(grad_outputs[0], q, saved[1], saved[2], saved[3], saved[4],
-                                                      kernel_for(q.scalar_type(), choice), saved[5], saved[6]);
+                                                      kernel_for(q.scalar_type(), q.size(3), q.size(2),
+                                                                 saved[5].defined(), choice),
+                                                      saved[5], saved[6]);
 #endif
     }
     return {grad_q, grad_k, grad_v, torch::Tensor(), torch::Tensor(), torch::Tensor()};
@@ -390,9 +408,12 @@ torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, co
 }
 
 bool flash_attention_kernel_applies(FlashAttentionKernel kernel, torch::ScalarType dtype, int64_t head_dim) {
-  if (kernel != FlashAttentionKernel::kHopper) return true;
+  if (kernel == FlashAttentionKernel::kDefault || kernel == FlashAttentionKernel::kSharedMemoryTiles) return true;
 #ifdef TT_HAVE_GPU_KERNELS
-  return (dtype == torch::kBFloat16 || dtype == torch::kFloat16) && (head_dim == 64 || head_dim == 128) &&
+  if (dtype != torch::kBFloat16 && dtype != torch::kFloat16) return false;
+  if (kernel == FlashAttentionKernel::kRegisterTiles)
+    return kernels::flash_kernel_available(kernels::FlashKernel::kRegisterTiles, detail::kernel_dtype(dtype));
+  return (head_dim == 64 || head_dim == 128) &&
          kernels::flash_kernel_available(kernels::FlashKernel::kHopper, detail::kernel_dtype(dtype));
 #else
   (void)dtype, (void)head_dim;
@@ -406,7 +427,7 @@ namespace {
 bool rope_in_kernels(const torch::Tensor& q) {
 #ifdef TT_HAVE_GPU_KERNELS
   return !q.is_cpu() &&
-         kernel_for(q.scalar_type(), FlashAttentionKernel::kDefault) == kernels::FlashKernel::kRegisterTiles;
+         kernels::default_flash_kernel(detail::kernel_dtype(q.scalar_type())) == kernels::FlashKernel::kRegisterTiles;
 #else
   (void)q;
   return false;

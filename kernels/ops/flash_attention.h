@@ -33,16 +33,17 @@ torch::Tensor flash_attention_rope(const torch::Tensor& q, const torch::Tensor& 
 torch::Tensor flash_attention_rope_qkv(const torch::Tensor& qkv, int64_t q_heads, int64_t kv_heads,
                                        const torch::Tensor& cos, const torch::Tensor& sin);
 
-// Which kernel generation runs (kernels/flash_attention.cuh): the default picks the register tiles where they
-// exist. The shared-memory tiles stay selectable for kernel_bench, which measures the steps between them.
-// kHopper: the Hopper generation's forward (TMA and wgmma) with the register tiles' backward, for bf16/fp16 and
-// head_dim 64 or 128 on an sm_90 GPU with an sm_90a build; a call it does not apply to is refused
-// (flash_attention_kernel_applies says beforehand).
-enum class FlashAttentionKernel { kDefault, kSharedMemoryTiles, kHopper };
+// Which kernel generation runs (kernels/flash_attention.cuh). The default: the Hopper generation's forward (TMA
+// and wgmma) with the register tiles' backward where it applies (bf16/fp16, head_dim 64 or 128, no RoPE in the
+// load, an sm_90 GPU with an sm_90a build) and the sequence is longer than 128 (where it measured faster), else the
+// register tiles where they exist (bf16/fp16 on NVIDIA), else
+// the shared-memory tiles. Each generation stays selectable for kernel_bench, which measures the steps between
+// them; a call a chosen generation does not apply to is refused (flash_attention_kernel_applies says beforehand).
+enum class FlashAttentionKernel { kDefault, kSharedMemoryTiles, kHopper, kRegisterTiles };
 torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                               FlashAttentionKernel kernel);
 
-// Whether `kernel` can run GPU attention of this dtype and head_dim on the current GPU.
+// Whether `kernel` can run GPU attention of this dtype and head_dim on the current GPU (without RoPE in the load).
 bool flash_attention_kernel_applies(FlashAttentionKernel kernel, torch::ScalarType dtype, int64_t head_dim);
 
 }  // namespace tt::ops
