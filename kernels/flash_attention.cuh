@@ -9,7 +9,7 @@
 //  * shared-memory tiles (flash_attention_tiled.cu): every score tile goes through shared memory in fp32,
 //    vendor-neutral (WMMA, MFMA or FMA units); fp32 everywhere, and every dtype on AMD;
 //  * Hopper (flash_attention_hopper.cu): after FlashAttention-3, TMA loads by a producer warpgroup and wgmma
-//    products by two consumer warpgroups; the forward only (its backward is the register generation's), bf16/fp16,
+//    products by two or three consumer warpgroups, a persistent grid; the forward only (its backward is the register generation's), bf16/fp16,
 //    head_dim 64 and 128, no RoPE, NVIDIA sm_90a builds on sm_90 GPUs.
 #pragma once
 

@@ -1,21 +1,27 @@
 // Flash attention, Hopper generation (sm_90a): the forward with TMA loads and wgmma products, after
-// FlashAttention-3 (Shah et al. 2024) without its pipelining refinements yet.
+// FlashAttention-3 (Shah et al. 2024): warp specialisation and its pipeline within a warpgroup.
 //
-// A block of 128 queries is three warpgroups with one job each:
-//  * the producer (warpgroup 0; one thread issues) copies the block's Q tile once and then each key tile's
-//    K and V into a ring of kStages shared-memory slots by TMA, waiting for a slot to be empty before refilling
-//    it. It needs few registers and gives them to the consumers (setmaxnreg).
-//  * two consumers (warpgroups 1 and 2) own 64 query rows each. Per key tile: S = Q K^T by wgmma from shared
-//    memory (both K-major), the causal mask and online softmax on the accumulator registers (the same named
-//    steps as the register generation: flash_fragments.cuh), P rounded to 16 bits in registers, O += P V by
-//    wgmma with P from registers and V MN-major (transposed by the instruction), then the slot is released.
-// The two consumers share every K/V tile, and while one runs its softmax the other's products can run: the
-// warp schedulers interleave them without explicit ping-pong (FA3's scheduled ping-pong and the softmax
-// overlapped with the next product within a warpgroup are the next steps: docs/attention.md).
+// A block is one producer warpgroup and two consumer warpgroups of 64 query rows (head_dim 128; three for
+// head_dim 64, 192 queries). The grid is persistent: one block per SM, each looping over work items (a query
+// block of one head and batch entry), the longest first.
+//  * the producer (warpgroup 0; one thread issues) copies an item's Q tile once and then each key tile's K and V
+//    into a ring of kStages shared-memory slots by TMA, waiting for a slot to be empty before refilling it, and
+//    runs ahead into the next item while the consumers finish this one. It needs few registers and gives them to
+//    the consumers (setmaxnreg).
+//  * each consumer, per key tile: S = Q K^T by wgmma from shared memory (both K-major), the causal mask and online
+//    softmax on the accumulator registers (the register generation's named steps: flash_fragments.cuh), P rounded
+//    to 16 bits in registers, O += P V by wgmma with P from registers and V MN-major (transposed by the
+//    instruction), then the slot is released. The next tile's S is issued before this tile's P V, so the softmax
+//    runs while P V is in the tensor cores (FA3's intra-warpgroup pipeline).
+// The consumers share every K/V tile. FA3's ping-pong (consumers taking turns to issue their products) was
+// measured slower here and is not used (docs/attention.md).
 //
 // The log-sum-exp it writes is the register generation's, so that generation's backward serves it.
-// bf16 and fp16, head_dim 64 and 128, no RoPE in the load. NVIDIA sm_90a only: other targets compile the
-// kernel empty and flash_kernel_available says no.
+// bf16 and fp16, head_dim 64 and 128, no RoPE in the load. NVIDIA sm_90a only: other device targets compile the
+// kernel to a trap, and hopper_flash_forward_present says no unless this build has sm_90a code.
+#include <algorithm>
+#include <atomic>
+#include <limits>
 #include <type_traits>
 
 #include "flash_fragments.cuh"
@@ -82,8 +88,11 @@ struct HopperForwardShape {
   // The producer's registers go to the consumers; together they fill the SM's 64 K registers.
   static constexpr int kProducerRegisters = kConsumers == 2 ? 24 : 32;
   static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
-  static_assert((kProducerRegisters + kConsumers * kConsumerRegisters) * hopper::kWarpgroupThreads <= 64 * 1024,
-                "the register budgets must fit the SM's 64 K registers");
+  // setmaxnreg moves registers within the block's own allocation: the launch's per-thread count (64 K over the
+  // block's threads, rounded down to a multiple of 8) times its threads. The budgets must fit that, not just 64 K.
+  static_assert((kProducerRegisters + kConsumers * kConsumerRegisters) * hopper::kWarpgroupThreads <=
+                    kThreads * ((64 * 1024 / kThreads) & ~7),
+                "the register budgets must fit the block's allocation");
   static constexpr int kQBytes = hopper::panel_tile_bytes(kBlockM, kD);
   static constexpr int kTileBytes = hopper::panel_tile_bytes(kBlockN, kD);  // one K or one V tile
   static constexpr int kQ = 0;
@@ -91,11 +100,28 @@ struct HopperForwardShape {
   static constexpr int kV = kK + kStages * kTileBytes;
   static constexpr int kStaging = kV + kStages * kTileBytes;
   static constexpr int kBarriers = kStaging + tile_bytes<kD>(kBlockM);
-  static constexpr int kBarrierCount = 1 + 3 * kStages;  // Q full; K full, V full and empty per slot
+  static constexpr int kBarrierCount = 2 + 3 * kStages;  // Q full and empty; K full, V full and empty per slot
   static constexpr int kBytes = kBarriers + 8 * kBarrierCount + 1024;  // + the alignment of the start
   static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0, "swizzled tiles start 1024-byte aligned");
   static_assert(kBarriers % 8 == 0, "barriers are 8-byte words");
 };
+
+#if defined(TT_HOPPER_DEVICE)
+// The persistent grid's work item `work`, in the order a launched grid takes its blocks (query_block): the latest,
+// longest query blocks of every head and batch entry first, so that the short ones fill the tail.
+struct WorkItem {
+  int q0;
+  int head, batch, kv_head;
+};
+__device__ __forceinline__ WorkItem work_item(int work, int query_blocks, int block_m, int q_heads, int kv_heads,
+                                              int batch) {
+  const int per_block_row = q_heads * batch;  // items sharing one query block index
+  const int m = query_blocks - 1 - work / per_block_row;
+  const int rest = work % per_block_row;
+  const int head = rest % q_heads;
+  return {m * block_m, head, rest / q_heads, head / (q_heads / kv_heads)};
+}
+#endif
 
 template <typename T, int kD>
 __global__ void __launch_bounds__(HopperForwardShape<kD>::kThreads, 1)
@@ -113,17 +139,22 @@ __global__ void __launch_bounds__(HopperForwardShape<kD>::kThreads, 1)
   auto k_tile = [&](int slot) { return smem + Shape::kK + slot * Shape::kTileBytes; };
   auto v_tile = [&](int slot) { return smem + Shape::kV + slot * Shape::kTileBytes; };
   uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Shape::kBarriers);
-  uint64_t* k_full = q_full + 1;
+  uint64_t* q_empty = q_full + 1;
+  uint64_t* k_full = q_empty + 1;
   uint64_t* v_full = k_full + kStages;
   uint64_t* empty = v_full + kStages;
 
-  const QueryBlock block = query_block<kBlockM>(p.q_heads, p.kv_heads);
-  const int q0 = block.q0;
   const int seq = static_cast<int>(p.seq);
-  const int tiles = (min(seq, q0 + kBlockM) + kBlockN - 1) / kBlockN;
+  const int q_heads = static_cast<int>(p.q_heads), kv_heads = static_cast<int>(p.kv_heads);
+  const int batches = static_cast<int>(p.batch);
+  const int query_blocks = (seq + kBlockM - 1) / kBlockM;
+  const int items = query_blocks * q_heads * batches;
+  auto item_of = [&](int work) { return work_item(work, query_blocks, kBlockM, q_heads, kv_heads, batches); };
+  auto tiles_of = [&](int q0) { return (min(seq, q0 + kBlockM) + kBlockN - 1) / kBlockN; };
 
   if (threadIdx.x == 0) {
     barrier_init(q_full, 1);
+    barrier_init(q_empty, Shape::kConsumers * kWarpgroupThreads);
     for (int slot = 0; slot < kStages; ++slot) {
       barrier_init(&k_full[slot], 1);
       barrier_init(&v_full[slot], 1);
@@ -133,118 +164,149 @@ __global__ void __launch_bounds__(HopperForwardShape<kD>::kThreads, 1)
   }
   __syncthreads();
 
+  // The grid is persistent: each block takes work items blockIdx.x, blockIdx.x + gridDim.x, ... The producer runs
+  // ahead into the next item (its Q once the consumers are done with the last one's, its K/V tiles as slots free
+  // up) while the consumers finish and store the current one. `ring` counts the K/V tiles through the slots across
+  // items: tile number r goes to slot r % kStages in round r / kStages.
   if (warpgroup() == 0) {
-    // The producer: tile `tile` goes into slot tile % kStages once its previous contents were released.
     registers_decrease<Shape::kProducerRegisters>();
     if (threadIdx.x != 0) return;
-    const int head = static_cast<int>(block.head), kv_head = static_cast<int>(block.kv_head);
-    const int batch = static_cast<int>(block.batch);
     tma_prefetch_descriptor(&q_map);
     tma_prefetch_descriptor(&k_map);
     tma_prefetch_descriptor(&v_map);
-    barrier_arrive_expect_bytes(q_full, Shape::kQBytes);
-    for (int panel = 0; panel < kD / kPanelColumns; ++panel)
-      tma_load_4d(q_tile + panel * kBlockM * kSwizzleRowBytes, &q_map, q_full, panel * kPanelColumns, q0, head, batch);
-    for (int tile = 0; tile < tiles; ++tile) {
-      const int slot = tile % kStages;
-      barrier_wait(&empty[slot], ((tile / kStages) & 1) ^ 1);
-      barrier_arrive_expect_bytes(&k_full[slot], Shape::kTileBytes);
+    int ring = 0;
+    int round = 0;  // items done by this block
+    for (int work = blockIdx.x; work < items; work += gridDim.x, ++round) {
+      const WorkItem item = item_of(work);
+      barrier_wait(q_empty, (round & 1) ^ 1);
+      barrier_arrive_expect_bytes(q_full, Shape::kQBytes);
       for (int panel = 0; panel < kD / kPanelColumns; ++panel)
-        tma_load_4d(k_tile(slot) + panel * kBlockN * kSwizzleRowBytes, &k_map, &k_full[slot], panel * kPanelColumns,
-                    tile * kBlockN, kv_head, batch);
-      barrier_arrive_expect_bytes(&v_full[slot], Shape::kTileBytes);
-      for (int panel = 0; panel < kD / kPanelColumns; ++panel)
-        tma_load_4d(v_tile(slot) + panel * kBlockN * kSwizzleRowBytes, &v_map, &v_full[slot], panel * kPanelColumns,
-                    tile * kBlockN, kv_head, batch);
+        tma_load_4d(q_tile + panel * kBlockM * kSwizzleRowBytes, &q_map, q_full, panel * kPanelColumns, item.q0,
+                    item.head, item.batch);
+      const int tiles = tiles_of(item.q0);
+      for (int tile = 0; tile < tiles; ++tile, ++ring) {
+        const int slot = ring % kStages;
+        barrier_wait(&empty[slot], ((ring / kStages) & 1) ^ 1);
+        barrier_arrive_expect_bytes(&k_full[slot], Shape::kTileBytes);
+        for (int panel = 0; panel < kD / kPanelColumns; ++panel)
+          tma_load_4d(k_tile(slot) + panel * kBlockN * kSwizzleRowBytes, &k_map, &k_full[slot], panel * kPanelColumns,
+                      tile * kBlockN, item.kv_head, item.batch);
+        barrier_arrive_expect_bytes(&v_full[slot], Shape::kTileBytes);
+        for (int panel = 0; panel < kD / kPanelColumns; ++panel)
+          tma_load_4d(v_tile(slot) + panel * kBlockN * kSwizzleRowBytes, &v_map, &v_full[slot], panel * kPanelColumns,
+                      tile * kBlockN, item.kv_head, item.batch);
+      }
     }
     return;
   }
 
-  // A consumer: 64 query rows, warp w of the warpgroup rows 16w..16w+15.
+  // A consumer: 64 query rows of each item, warp w of the warpgroup rows 16w..16w+15.
   registers_increase<Shape::kConsumerRegisters>();
   const int consumer = warpgroup() - 1;
   const int row0 = 64 * consumer + 16 * warp_in_warpgroup();  // this warp's first row in the block
-  const int warp_q0 = q0 + row0;
   const unsigned char* my_q = q_tile + 64 * consumer * kSwizzleRowBytes;  // the warpgroup's rows of each panel
   const float scale_log2 = softmax_scale<kD>() * kLog2e;
-
-  float o[1][kD / 8][4];
-  float row_max[1][2] = {{-INFINITY, -INFINITY}};  // raw scores; rows lane/4 and lane/4 + 8 of the warp
-  float row_sum[1][2] = {{0.0f, 0.0f}};            // this lane's share
-  float alpha[1][2];
-  float s[1][kBlockN / 8][4];
-  uint32_t probs[kBlockN / 16][4];  // the previous tile's P, the A operand of its O += P V
-  zero(o[0]);
-
-  // S = Q K^T of tile `tile`, issued (the caller commits and waits).
-  auto issue_scores = [&](int tile) {
-    const int slot = tile % kStages;
-    barrier_wait(&k_full[slot], (tile / kStages) & 1);
-    wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < kD / 16; ++k)
-      wgmma<T, 0, 0>(s[0], k_major_descriptor(my_q, kBlockM, k), k_major_descriptor(k_tile(slot), kBlockN, k), k > 0);
-    wgmma_commit();
-  };
-  // O += P V of tile `tile` with the probabilities in `probs`, issued and committed.
-  auto issue_values = [&](int tile) {
-    const int slot = tile % kStages;
-    barrier_wait(&v_full[slot], (tile / kStages) & 1);
-    fence_operands(o[0]);
-    wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < kBlockN / 16; ++k)
-      wgmma<T, 1>(o[0], probs[k], mn_major_descriptor(v_tile(slot), kBlockN, k), true);
-    wgmma_commit();
-  };
-  // The causal mask where a tile holds keys after the block's first query or past the sequence's end.
-  auto softmax_of = [&](int tile) {
-    if ((tile + 1) * kBlockN - 1 > q0 || (tile + 1) * kBlockN > seq)
-      mask_scores<1, kBlockN>(s, tile * kBlockN, warp_q0, seq);
-    online_softmax_statistics<1, kBlockN>(s, row_max, row_sum, scale_log2, alpha);
-  };
-
-  barrier_wait(q_full, 0);
-  issue_scores(0);
-  wgmma_wait<0>();
-  fence_operands(s[0]);
-  softmax_of(0);  // o is still zero: no rescaling
-  to_a_fragments<T, kBlockN>(probs, s[0]);
-  // FA3's pipeline within a warpgroup: the next tile's scores are issued before this tile's P V, and the softmax
-  // of the next tile runs while P V is still in the tensor cores; O's rescaling waits for P V to finish.
-  for (int tile = 1; tile < tiles; ++tile) {
-    issue_scores(tile);
-    issue_values(tile - 1);
-    wgmma_wait<1>();  // the scores
-    fence_operands(s[0]);
-    softmax_of(tile);
-    wgmma_wait<0>();  // P V of the previous tile: its slot is free again
-    fence_operands(o[0]);
-    barrier_arrive(&empty[(tile - 1) % kStages]);
-    rescale_rows<1, kD>(o, alpha);
-    to_a_fragments<T, kBlockN>(probs, s[0]);
-  }
-  issue_values(tiles - 1);
-  wgmma_wait<0>();
-  fence_operands(o[0]);
-  barrier_arrive(&empty[(tiles - 1) % kStages]);
-
-  finish_softmax<1, kD>(o, row_max, row_sum, scale_log2, warp_q0, seq, p.lse + (block.batch * p.q_heads + block.head) * p.seq);
-  // Each warp stages and writes its own 16 rows, 16 bytes at a time.
   T* staging = reinterpret_cast<T*>(smem + Shape::kStaging);
-  stage_rows<T, kD>(staging, row0, o[0], 1.0f, q0, seq, nullptr, nullptr);
-  __syncwarp();
-  T* out = head_ptr<T>(p.out, p.out_strides, block.batch, block.head);
-  constexpr int kChunks = kD / 8;
-  for (int c = lane(); c < 16 * kChunks; c += kMmaLanes) {
-    const int r = row0 + c / kChunks;
-    const int col = c % kChunks * 8;
-    if (q0 + r < seq)
-      store_pack<8>(out + static_cast<int64_t>(q0 + r) * p.out_strides.seq + col,
-                    load_pack<8>(staging + r * kPitch<kD> + col));
+
+  int ring = 0;
+  int round = 0;
+  for (int work = blockIdx.x; work < items; work += gridDim.x, ++round) {
+    const WorkItem item = item_of(work);
+    const int q0 = item.q0;
+    const int warp_q0 = q0 + row0;
+    const int tiles = tiles_of(q0);
+
+    float o[1][kD / 8][4];
+    float row_max[1][2] = {{-INFINITY, -INFINITY}};  // raw scores; rows lane/4 and lane/4 + 8 of the warp
+    float row_sum[1][2] = {{0.0f, 0.0f}};            // this lane's share
+    float alpha[1][2];
+    float s[1][kBlockN / 8][4];
+    uint32_t probs[kBlockN / 16][4];  // the previous tile's P, the A operand of its O += P V
+    zero(o[0]);
+
+    // S = Q K^T of tile `tile`, issued and committed.
+    auto issue_scores = [&](int tile) {
+      const int slot = (ring + tile) % kStages;
+      barrier_wait(&k_full[slot], ((ring + tile) / kStages) & 1);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < kD / 16; ++k)
+        wgmma<T, 0, 0>(s[0], k_major_descriptor(my_q, kBlockM, k), k_major_descriptor(k_tile(slot), kBlockN, k),
+                       k > 0);
+      wgmma_commit();
+    };
+    // O += P V of tile `tile` with the probabilities in `probs`, issued and committed.
+    auto issue_values = [&](int tile) {
+      const int slot = (ring + tile) % kStages;
+      barrier_wait(&v_full[slot], ((ring + tile) / kStages) & 1);
+      fence_operands(o[0]);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < kBlockN / 16; ++k)
+        wgmma<T, 1>(o[0], probs[k], mn_major_descriptor(v_tile(slot), kBlockN, k), true);
+      wgmma_commit();
+    };
+    // Once the last tile's scores are in, this warpgroup is done with Q: the producer may load the next item's.
+    auto scores_in = [&](int tile) {
+      fence_operands(s[0]);
+      if (tile == tiles - 1) barrier_arrive(q_empty);
+    };
+    // The causal mask where a tile holds keys after the block's first query or past the sequence's end.
+    auto softmax_of = [&](int tile) {
+      if ((tile + 1) * kBlockN - 1 > q0 || (tile + 1) * kBlockN > seq)
+        mask_scores<1, kBlockN>(s, tile * kBlockN, warp_q0, seq);
+      online_softmax_statistics<1, kBlockN>(s, row_max, row_sum, scale_log2, alpha);
+    };
+
+    barrier_wait(q_full, round & 1);
+    issue_scores(0);
+    wgmma_wait<0>();
+    scores_in(0);
+    softmax_of(0);  // o is still zero: no rescaling
+    to_a_fragments<T, kBlockN>(probs, s[0]);
+    // FA3's pipeline within a warpgroup: the next tile's scores are issued before this tile's P V, and the softmax
+    // of the next tile runs while P V is still in the tensor cores; O's rescaling waits for P V to finish.
+    for (int tile = 1; tile < tiles; ++tile) {
+      issue_scores(tile);
+      issue_values(tile - 1);
+      wgmma_wait<1>();  // the scores
+      scores_in(tile);
+      softmax_of(tile);
+      wgmma_wait<0>();  // P V of the previous tile: its slot is free again
+      fence_operands(o[0]);
+      barrier_arrive(&empty[(ring + tile - 1) % kStages]);
+      rescale_rows<1, kD>(o, alpha);
+      to_a_fragments<T, kBlockN>(probs, s[0]);
+    }
+    issue_values(tiles - 1);
+    wgmma_wait<0>();
+    fence_operands(o[0]);
+    barrier_arrive(&empty[(ring + tiles - 1) % kStages]);
+    ring += tiles;
+
+    finish_softmax<1, kD>(o, row_max, row_sum, scale_log2, warp_q0, seq,
+                          p.lse + (static_cast<int64_t>(item.batch) * p.q_heads + item.head) * p.seq);
+    // Each warp stages and writes its own 16 rows, 16 bytes at a time.
+    __syncwarp();  // the previous item's reads of these rows are done
+    stage_rows<T, kD>(staging, row0, o[0], 1.0f, q0, seq, nullptr, nullptr);
+    __syncwarp();
+    T* out = head_ptr<T>(p.out, p.out_strides, item.batch, item.head);
+    constexpr int kChunks = kD / 8;
+    for (int c = lane(); c < 16 * kChunks; c += kMmaLanes) {
+      const int r = row0 + c / kChunks;
+      const int col = c % kChunks * 8;
+      if (q0 + r < seq)
+        store_pack<8>(out + static_cast<int64_t>(q0 + r) * p.out_strides.seq + col,
+                      load_pack<8>(staging + r * kPitch<kD> + col));
+    }
   }
 #else
+  // Built for a device without sm_90a's instructions: this kernel must never run there (the launcher checks),
+  // and if it did, a trap is better than an output nobody wrote.
   (void)q_map, (void)k_map, (void)v_map, (void)p;
+#if defined(__CUDA_ARCH__)
+  __trap();
+#endif
 #endif  // TT_HOPPER_DEVICE
 }
 
@@ -265,7 +327,14 @@ LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream)
   auto* kernel = flash_forward_hopper_kernel<T, kD>;
   const LaunchStatus status = allow_dynamic_shared_memory(kernel, Shape::kBytes);
   if (!status.ok()) return status;
-  const dim3 grid(blocks_for(p.seq, Shape::kBlockM), static_cast<unsigned>(p.q_heads), static_cast<unsigned>(p.batch));
+  // Persistent: one block per SM (each holds an SM's shared memory), or fewer when there are fewer items.
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return last_launch_status();
+  const int64_t items = static_cast<int64_t>(blocks_for(p.seq, Shape::kBlockM)) * p.q_heads * p.batch;
+  if (items > std::numeric_limits<int>::max())
+    return {"the Hopper flash attention kernel counts its work items in 32 bits: batch x heads x query blocks is too many"};
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(items, sms));
   kernel<<<grid, Shape::kThreads, Shape::kBytes, stream>>>(q_map, k_map, v_map, p);
   return last_launch_status();
 }
@@ -273,20 +342,31 @@ LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream)
 }  // namespace
 
 bool hopper_flash_forward_present() {
-  // The kernel has sm_90a code in this build (the runtime then loads it on an sm_90 device, and nowhere else).
-  static const bool present = [] {
-    int device = 0;
-    cudaDeviceProp props{};
-    if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&props, device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    cudaFuncAttributes attributes{};
-    const bool built = cudaFuncGetAttributes(&attributes, flash_forward_hopper_kernel<bf16, 64>) == cudaSuccess;
+#if defined(TT_SM90A_IN_BUILD)
+  // This build has the kernel's sm_90a code (CMake: TORCH_CUDA_ARCH_LIST names 9.0a); the current GPU must be an
+  // sm_90 one, which is where the runtime loads that code. Remembered per device.
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices] = {};  // 0 unknown, 1 yes, 2 no
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) {
     (void)cudaGetLastError();
-    return props.major == 9 && props.minor == 0 && built && attributes.binaryVersion == 90;
-  }();
-  return present;
+    return false;
+  }
+  if (known[device] == 0) {
+    int major = 0, minor = 0;
+    const bool sm90 = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
+                      major == 9 && minor == 0;
+    cudaFuncAttributes attributes{};
+    const bool loaded = sm90 && cudaFuncGetAttributes(&attributes, flash_forward_hopper_kernel<bf16, 64>) == cudaSuccess &&
+                        attributes.binaryVersion == 90;
+    (void)cudaGetLastError();
+    known[device] = loaded ? 1 : 2;
+  }
+  return known[device] == 1;
+#else
+  return false;  // no sm_90a code in this build: the kernel would be the trap
+#endif
 }
 
 LaunchStatus flash_attention_forward_hopper(const FlashForwardParams& params, DType dtype, void* stream) {

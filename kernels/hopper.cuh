@@ -141,7 +141,8 @@ __device__ __forceinline__ uint64_t smem_descriptor(const void* start, uint32_t 
          (static_cast<uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32) | (kSwizzle128B << 62);
 }
 
-// The 16-element k step `k` of a K-major tile of `rows` rows stored as 64-column panels from `tile`.
+// The 16-element k step `k` of a K-major tile of `rows` rows stored as 64-column panels from `tile`. The leading
+// byte offset is unused by swizzled K-major layouts (a k step never leaves its 128-byte row); 16 is CUTLASS's value.
 __device__ __forceinline__ uint64_t k_major_descriptor(const unsigned char* tile, int rows, int k) {
   const unsigned char* start = tile + (k / 4) * rows * kSwizzleRowBytes + (k % 4) * 32;
   return smem_descriptor(start, 16, kSwizzleAtomBytes);
@@ -153,8 +154,10 @@ __device__ __forceinline__ uint64_t mn_major_descriptor(const unsigned char* til
 }
 
 // ---------------------------------------------------------------------------------------------
-// wgmma: products issued asynchronously by a whole warpgroup. The order is fence (the accumulators and
-// shared operands written before are visible), the products, commit (closes a group), wait (at most kPending
+// wgmma: products issued asynchronously by a whole warpgroup. The order is fence (orders this warpgroup's
+// earlier register writes, to accumulators and to A operands, before the products read them; shared memory that
+// TMA filled is visible once its mbarrier's phase completed, while shared memory written by ordinary stores would
+// also need fence.proxy.async), the products, commit (closes a group), wait (at most kPending
 // groups still running). The accumulator registers must not be touched in between: fence_operands pins them
 // so that the compiler does not move their uses across the wait.
 // ---------------------------------------------------------------------------------------------

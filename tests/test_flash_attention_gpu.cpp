@@ -84,6 +84,12 @@ torch::Tensor ours_default(const torch::Tensor& q, const torch::Tensor& k, const
 torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   return tt::reference::masked_attention(q, k, v);
 }
+// tt::ops::flash_attention with its kernel generation chosen by name.
+Attention generation(tt::ops::FlashAttentionKernel kernel) {
+  return [kernel](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return tt::ops::flash_attention(q, k, v, kernel);
+  };
+}
 
 // Output and the gradients of q, k and v against the reference at the same precision and in fp64, both computed
 // on `reference_device` (the GPU unless a test says otherwise) and compared on the GPU.
@@ -286,9 +292,7 @@ TEST(FlashAttentionGpu, RegisterTilesStillMatchTheReference) {
   if (!tt::ops::flash_attention_kernel_applies(tt::ops::FlashAttentionKernel::kRegisterTiles, torch::kBFloat16, 64))
     GTEST_SKIP() << "the register-tile kernels are NVIDIA-only";
   torch::manual_seed(6);
-  const Attention registers = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-    return tt::ops::flash_attention(q, k, v, tt::ops::FlashAttentionKernel::kRegisterTiles);
-  };
+  const Attention registers = generation(tt::ops::FlashAttentionKernel::kRegisterTiles);
   for (const auto dtype : {torch::kBFloat16, torch::kFloat16})
     for (const Config& c : {Config{3, 8, 2, 129, 64}, Config{1, 8, 4, 300, 128}, Config{1, 8, 1, 1100, 64},
                             Config{1, 4, 2, 2100, 128}})
@@ -300,9 +304,7 @@ TEST(FlashAttentionGpu, RegisterTilesStillMatchTheReference) {
 TEST(FlashAttentionGpu, SharedMemoryTilesStillMatchTheReference) {
   TT_REQUIRE_GPU();
   torch::manual_seed(5);
-  const Attention tiled = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-    return tt::ops::flash_attention(q, k, v, tt::ops::FlashAttentionKernel::kSharedMemoryTiles);
-  };
+  const Attention tiled = generation(tt::ops::FlashAttentionKernel::kSharedMemoryTiles);
   for (const auto dtype : kDtypes)
     for (const Config& c : {Config{3, 8, 2, 129, 64}, Config{1, 8, 4, 300, 128}})
       check_attention(random_inputs(c, dtype), dtype, "shared-memory tiles", tiled);
@@ -310,7 +312,7 @@ TEST(FlashAttentionGpu, SharedMemoryTilesStillMatchTheReference) {
 
 // The Hopper generation's forward (TMA + wgmma, sm_90 only; its backward is the register tiles'): output and all
 // three gradients against the reference over both dtypes and head dims, grouped-query ratios 1 to 8, lengths that
-// end inside a 64-row warpgroup, a 128-row block and a 128-key tile, long ones (many tiles, both ring slots
+// end inside a 64-row warpgroup, a 128- or 192-row block and a 128-key tile, long ones (many tiles, both ring slots
 // reused), several batch entries, and the fused-QKV views v4 passes ([B, S, H, D] strides, read by the tensor
 // maps as they are). Then bitwise reproducibility, and its refusals. Skips where the kernel does not run.
 TEST(FlashAttentionGpu, HopperForwardMatchesTheReference) {
@@ -318,9 +320,7 @@ TEST(FlashAttentionGpu, HopperForwardMatchesTheReference) {
   if (!tt::ops::flash_attention_kernel_applies(tt::ops::FlashAttentionKernel::kHopper, torch::kBFloat16, 64))
     GTEST_SKIP() << "the Hopper flash attention kernel needs an sm_90 GPU and an sm_90a build";
   torch::manual_seed(9);
-  const Attention hopper = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-    return tt::ops::flash_attention(q, k, v, tt::ops::FlashAttentionKernel::kHopper);
-  };
+  const Attention hopper = generation(tt::ops::FlashAttentionKernel::kHopper);
   int64_t case_index = 0;
   for (const auto dtype : {torch::kBFloat16, torch::kFloat16}) {
     for (const int64_t head_dim : {64, 128}) {
@@ -379,15 +379,9 @@ TEST(FlashAttentionGpu, EveryKernelOnceAtSanitizerSize) {
     check_attention(in, dtype, what + ", rope in the load", rope_in_the_load(cos, sin),
                     rope_then_attention(cos.cpu(), sin.cpu()), torch::kCPU);
   };
-  const Attention tiled = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-    return tt::ops::flash_attention(q, k, v, tt::ops::FlashAttentionKernel::kSharedMemoryTiles);
-  };
-  const Attention registers = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-    return tt::ops::flash_attention(q, k, v, tt::ops::FlashAttentionKernel::kRegisterTiles);
-  };
-  const Attention hopper = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-    return tt::ops::flash_attention(q, k, v, tt::ops::FlashAttentionKernel::kHopper);
-  };
+  const Attention tiled = generation(tt::ops::FlashAttentionKernel::kSharedMemoryTiles);
+  const Attention registers = generation(tt::ops::FlashAttentionKernel::kRegisterTiles);
+  const Attention hopper = generation(tt::ops::FlashAttentionKernel::kHopper);
   const bool have_registers =
       tt::ops::flash_attention_kernel_applies(tt::ops::FlashAttentionKernel::kRegisterTiles, torch::kBFloat16, 64);
   const bool have_hopper =

@@ -156,9 +156,10 @@ torch::Tensor empty_bshd_as(const torch::Tensor& like) {
   return torch::empty({like.size(0), like.size(2), like.size(1), like.size(3)}, like.options()).transpose(1, 2);
 }
 
-// Up to this many positions the default keeps the register tiles even where the Hopper forward applies: at the
+// Below this many positions the default keeps the register tiles even where the Hopper forward applies: at the
 // workshop's 128 its block of 192 queries is a third empty and it measured slower (H100, bf16 forward, kernel_bench:
-// 9.9 against 9.0 us; from 512 positions on it is faster: medium 37.7 against 41.2 us).
+// 9.9 against 9.0 us; from 512 positions on it is faster: medium 37.7 against 41.2 us). Those figures are from
+// before its grid became persistent, which made medium 30.6 us; 128 positions was not measured again.
 constexpr int64_t kHopperDefaultMinSeq = 129;
 
 // The kernel generation that runs a call (FlashAttentionKernel's comment says which is the default).
