@@ -27,49 +27,11 @@
 #include "flash_fragments.cuh"
 #include "hopper.cuh"
 
-#if defined(__CUDACC__) && !defined(__HIP__)
-#include <cudaTypedefs.h>
-#endif
 
 namespace tt::kernels {
 
 #if defined(__CUDACC__) && !defined(__HIP__)
 
-namespace hopper {
-
-const char* encode_tensor_map(CUtensorMap* map, const void* base, bool bf16, int64_t batch, int64_t heads,
-                              int64_t seq, int64_t head_dim, int64_t batch_stride, int64_t head_stride,
-                              int64_t seq_stride, int box_rows) {
-  // The driver's encoder through the runtime, so that nothing links libcuda directly.
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess)
-      fn = nullptr;
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  if (encode == nullptr) return "cuTensorMapEncodeTiled is not available from the CUDA driver";
-  constexpr int64_t kBytes = 2;  // bf16 and fp16
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(seq),
-                              static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
-  // Dims 1..3 in bytes. A dim of size 1 may have any stride in a view: give it one the encoder accepts.
-  auto stride_of = [](int64_t size, int64_t stride) { return static_cast<cuuint64_t>(size == 1 ? 16 : stride * kBytes); };
-  const cuuint64_t strides[3] = {stride_of(seq, seq_stride), stride_of(heads, head_stride),
-                                 stride_of(batch, batch_stride)};
-  const cuuint32_t box[4] = {static_cast<cuuint32_t>(kPanelColumns), static_cast<cuuint32_t>(box_rows), 1, 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  const CUresult result = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
-                                 const_cast<void*>(base), dims, strides, box, element_strides,
-                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return result == CUDA_SUCCESS ? nullptr
-                                : "cuTensorMapEncodeTiled refused an attention operand (its pointer and strides must "
-                                  "be multiples of 16 bytes)";
-}
-
-}  // namespace hopper
 
 namespace {
 
@@ -80,8 +42,8 @@ using namespace flash;
 // rows: each K/V tile serves more queries, and the accumulators are small), 128 takes two (FA3's tile sizes).
 template <int kD>
 struct HopperForwardShape {
-  static constexpr int kConsumers = kD == 64 ? 3 : 2;  // warpgroups of 64 query rows
-  static constexpr int kBlockM = 64 * kConsumers;
+  static constexpr int kConsumers = kD == 64 ? 3 : 2;  // warpgroups of kWarpgroupRows query rows
+  static constexpr int kBlockM = hopper::kWarpgroupRows * kConsumers;
   static constexpr int kBlockN = 128;                  // keys per tile
   static constexpr int kStages = 2;
   static constexpr int kThreads = (1 + kConsumers) * hopper::kWarpgroupThreads;
@@ -200,11 +162,11 @@ __global__ void __launch_bounds__(HopperForwardShape<kD>::kThreads, 1)
     return;
   }
 
-  // A consumer: 64 query rows of each item, warp w of the warpgroup rows 16w..16w+15.
+  // A consumer: kWarpgroupRows query rows of each item, warp w of the warpgroup rows kWarpRows w.. (wgmma's layout).
   registers_increase<Shape::kConsumerRegisters>();
   const int consumer = warpgroup() - 1;
-  const int row0 = 64 * consumer + 16 * warp_in_warpgroup();  // this warp's first row in the block
-  const unsigned char* my_q = q_tile + 64 * consumer * kSwizzleRowBytes;  // the warpgroup's rows of each panel
+  const int row0 = kWarpgroupRows * consumer + kWarpRows * warp_in_warpgroup();  // this warp's first row in the block
+  const unsigned char* my_q = q_tile + kWarpgroupRows * consumer * kSwizzleRowBytes;  // its warpgroup's rows, each panel
   const float scale_log2 = softmax_scale<kD>() * kLog2e;
   T* staging = reinterpret_cast<T*>(smem + Shape::kStaging);
 
@@ -290,15 +252,8 @@ __global__ void __launch_bounds__(HopperForwardShape<kD>::kThreads, 1)
     __syncwarp();  // the previous item's reads of these rows are done
     stage_rows<T, kD>(staging, row0, o[0], 1.0f, q0, seq, nullptr, nullptr);
     __syncwarp();
-    T* out = head_ptr<T>(p.out, p.out_strides, item.batch, item.head);
-    constexpr int kChunks = kD / 8;
-    for (int c = lane(); c < 16 * kChunks; c += kMmaLanes) {
-      const int r = row0 + c / kChunks;
-      const int col = c % kChunks * 8;
-      if (q0 + r < seq)
-        store_pack<8>(out + static_cast<int64_t>(q0 + r) * p.out_strides.seq + col,
-                      load_pack<8>(staging + r * kPitch<kD> + col));
-    }
+    store_rows<kWarpRows, kD, kMmaLanes>(head_ptr<T>(p.out, p.out_strides, item.batch, item.head), p.out_strides.seq,
+                                         q0 + row0, seq, staging + row0 * kPitch<kD>, lane());
   }
 #else
   // Built for a device without sm_90a's instructions: this kernel must never run there (the launcher checks),
@@ -372,10 +327,12 @@ bool hopper_flash_forward_present() {
 LaunchStatus flash_attention_forward_hopper(const FlashForwardParams& params, DType dtype, void* stream) {
   if (!hopper_flash_forward_present()) return {"the Hopper flash attention kernels need an sm_90 GPU and an sm_90a build"};
   if (params.rope_cos != nullptr) return {"the Hopper flash attention kernels take no RoPE"};
+  if (dtype != DType::kBFloat16 && dtype != DType::kFloat16) return {"the Hopper flash attention kernels take bf16 or fp16"};
+  if (params.head_dim != 64 && params.head_dim != 128)
+    return {"the Hopper flash attention kernels exist for head_dim 64 and 128 only"};
   if (params.batch == 0 || params.q_heads == 0 || params.seq == 0) return {};
   const auto s = static_cast<gpuStream_t>(stream);
   const bool bf = dtype == DType::kBFloat16;
-  if (dtype != DType::kBFloat16 && dtype != DType::kFloat16) return {"the Hopper flash attention kernels take bf16 or fp16"};
   switch (params.head_dim) {
     case 64: return bf ? hopper_forward_for<bf16, 64>(params, s) : hopper_forward_for<fp16, 64>(params, s);
     case 128: return bf ? hopper_forward_for<bf16, 128>(params, s) : hopper_forward_for<fp16, 128>(params, s);

@@ -258,16 +258,21 @@ __device__ void stage_rows(T* staging, int warp_row0, float (&acc)[kD / 8][4], f
   }
 }
 
-// Writes rows [0, kRows) of a shared staging tile to global rows row0.. (those below seq), 16 bytes at a time.
+// Writes rows [0, kRows) of a shared staging tile to global rows row0.. (those below seq), 16 bytes at a time,
+// shared by kThreads threads of which this is number `thread` (the whole block by default).
 template <int kRows, int kD, int kThreads, typename T>
-__device__ void store_rows(T* dst, int64_t stride, int row0, int seq, const T* staging) {
+__device__ void store_rows(T* dst, int64_t stride, int row0, int seq, const T* staging, int thread) {
   constexpr int kChunks = kD / 8;
-  for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
+  for (int c = thread; c < kRows * kChunks; c += kThreads) {
     const int r = c / kChunks;
     const int col = c % kChunks * 8;
     if (row0 + r >= seq) continue;
     store_pack<8>(dst + static_cast<int64_t>(row0 + r) * stride + col, load_pack<8>(staging + r * kPitch<kD> + col));
   }
+}
+template <int kRows, int kD, int kThreads, typename T>
+__device__ void store_rows(T* dst, int64_t stride, int row0, int seq, const T* staging) {
+  store_rows<kRows, kD, kThreads>(dst, stride, row0, seq, staging, static_cast<int>(threadIdx.x));
 }
 
 // -------------------------------------------------------------------------------------------------

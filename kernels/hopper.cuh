@@ -30,6 +30,7 @@
 
 #if defined(__CUDACC__) && !defined(__HIP__)
 #include <cuda.h>  // CUtensorMap and its enums only: the encoder is reached through the runtime, no -lcuda
+#include <cudaTypedefs.h>
 #endif
 
 // Device code of sm_90a (wgmma, setmaxnreg and TMA need the architecture-specific target).
@@ -41,7 +42,11 @@
 
 namespace tt::kernels::hopper {
 
-constexpr int kWarpgroupThreads = 4 * kMmaLanes;
+constexpr int kWarpgroupWarps = 4;
+constexpr int kWarpgroupThreads = kWarpgroupWarps * kMmaLanes;
+// Rows of a wgmma product (m64), and of each warp's share of them.
+constexpr int kWarpgroupRows = 64;
+constexpr int kWarpRows = kWarpgroupRows / kWarpgroupWarps;
 // Bytes of one 128-byte-swizzled row and of an 8-row atom.
 constexpr int kSwizzleRowBytes = 128;
 constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
@@ -57,11 +62,39 @@ constexpr int panel_tile_bytes(int rows, int cols) { return rows * cols * 2; }
 
 // A tensor map over one [B, H, S, D] operand given by element strides (FlashStrides' batch, head, seq; D
 // contiguous), read in boxes of `box_rows` sequence rows x 64 columns of one head, 128-byte swizzled. Rows past
-// the sequence's end read as zeros. Returns the driver's message on failure (strides not multiples of 16 bytes,
-// say), nullptr on success.
-const char* encode_tensor_map(CUtensorMap* map, const void* base, bool bf16, int64_t batch, int64_t heads,
-                              int64_t seq, int64_t head_dim, int64_t batch_stride, int64_t head_stride,
-                              int64_t seq_stride, int box_rows);
+// the sequence's end read as zeros. Returns what went wrong (the driver refuses strides that are not multiples of
+// 16 bytes, say), or nullptr on success.
+inline const char* encode_tensor_map(CUtensorMap* map, const void* base, bool bf16, int64_t batch, int64_t heads,
+                                     int64_t seq, int64_t head_dim, int64_t batch_stride, int64_t head_stride,
+                                     int64_t seq_stride, int box_rows) {
+  // The driver's encoder through the runtime, so that nothing links libcuda directly.
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (encode == nullptr) return "cuTensorMapEncodeTiled is not available from the CUDA driver";
+  constexpr int64_t kBytes = 2;  // bf16 and fp16
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(seq),
+                              static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
+  // Dims 1..3 in bytes. A dim of size 1 may have any stride in a view: give it one the encoder accepts.
+  auto stride_of = [](int64_t size, int64_t stride) { return static_cast<cuuint64_t>(size == 1 ? 16 : stride * kBytes); };
+  const cuuint64_t strides[3] = {stride_of(seq, seq_stride), stride_of(heads, head_stride),
+                                 stride_of(batch, batch_stride)};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(kPanelColumns), static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  const CUresult result = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+                                 const_cast<void*>(base), dims, strides, box, element_strides,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return result == CUDA_SUCCESS ? nullptr
+                                : "cuTensorMapEncodeTiled refused a [B, H, S, D] operand (its pointer and strides "
+                                  "must be multiples of 16 bytes)";
+}
 
 }  // namespace tt::kernels::hopper
 
@@ -72,7 +105,9 @@ const char* encode_tensor_map(CUtensorMap* map, const void* base, bool bf16, int
 namespace tt::kernels::hopper {
 
 __device__ __forceinline__ int warpgroup() { return static_cast<int>(threadIdx.x) / kWarpgroupThreads; }
-__device__ __forceinline__ int warp_in_warpgroup() { return static_cast<int>(threadIdx.x) / kMmaLanes % 4; }
+__device__ __forceinline__ int warp_in_warpgroup() {
+  return static_cast<int>(threadIdx.x) / kMmaLanes % kWarpgroupWarps;
+}
 
 // A warpgroup's register budget, moved between warpgroups at run time (setmaxnreg): the producer, which only
 // issues copies, gives registers up so that the consumers' accumulators fit.
