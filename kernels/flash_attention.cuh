@@ -120,7 +120,7 @@ bool hopper_flash_forward_present();
 
 #if defined(__CUDACC__) || defined(__HIP__)
 // =================================================================================================
-// Shared by the two generations' sources (flash_attention.cu, flash_attention_tiled.cu)
+// Shared by the generations' sources (flash_attention.cu, flash_attention_tiled.cu, flash_attention_hopper.cu)
 // =================================================================================================
 namespace flash {
 
