@@ -162,18 +162,29 @@ torch::Tensor empty_bshd_as(const torch::Tensor& like) {
 // before its grid became persistent, which made medium 30.6 us; 128 positions was not measured again.
 constexpr int64_t kHopperDefaultMinSeq = 129;
 
-// The kernel generation that runs a call (FlashAttentionKernel's comment says which is the default).
-kernels::FlashKernel kernel_for(torch::ScalarType dtype, int64_t head_dim, int64_t seq, bool rope,
+// Whether the Hopper kernel's tensor maps have been seen to read `t` (kernel-ready): no dimension of more than one
+// element with stride 0, as a broadcast (expanded) view has. The register kernels read those as they are, so the
+// default leaves such calls to them rather than rely on the driver's encoder taking a zero stride.
+bool tma_tested_layout(const torch::Tensor& t) {
+  for (int64_t dim = 0; dim < 3; ++dim)
+    if (t.size(dim) > 1 && t.stride(dim) == 0) return false;
+  return true;
+}
+
+// The kernel generation that runs a call on kernel-ready q, k, v (FlashAttentionKernel's comment says which is the
+// default).
+kernels::FlashKernel kernel_for(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool rope,
                                 FlashAttentionKernel choice) {
   switch (choice) {
     case FlashAttentionKernel::kSharedMemoryTiles: return kernels::FlashKernel::kSharedMemoryTiles;
     case FlashAttentionKernel::kHopper: return kernels::FlashKernel::kHopper;
     case FlashAttentionKernel::kRegisterTiles: return kernels::FlashKernel::kRegisterTiles;
     default:
-      if (!rope && seq >= kHopperDefaultMinSeq &&
-          flash_attention_kernel_applies(FlashAttentionKernel::kHopper, dtype, head_dim))
+      if (!rope && q.size(2) >= kHopperDefaultMinSeq &&
+          flash_attention_kernel_applies(FlashAttentionKernel::kHopper, q.scalar_type(), q.size(3)) &&
+          tma_tested_layout(q) && tma_tested_layout(k) && tma_tested_layout(v))
         return kernels::FlashKernel::kHopper;
-      return kernels::default_flash_kernel(detail::kernel_dtype(dtype));
+      return kernels::default_flash_kernel(detail::kernel_dtype(q.scalar_type()));
   }
 }
 
@@ -310,7 +321,7 @@ struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction
                   q.scalar_type());
       TORCH_CHECK(choice != FlashAttentionKernel::kHopper || !cos.has_value(),
                   "tt::ops::flash_attention: the Hopper kernel takes no RoPE in the load");
-      const auto generation = kernel_for(q.scalar_type(), q.size(3), q.size(2), cos.has_value(), choice);
+      const auto generation = kernel_for(q_saved, k_saved, v_saved, cos.has_value(), choice);
       auto result = forward_gpu(q_saved, k_saved, v_saved, generation, cos.value_or(torch::Tensor()),
                                 sin.value_or(torch::Tensor()));
       out = result.out;
@@ -339,8 +350,7 @@ struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction
 #ifdef TT_HAVE_GPU_KERNELS
       const auto choice = static_cast<FlashAttentionKernel>(ctx->saved_data["kernel"].toInt());
       std::tie(grad_q, grad_k, grad_v) = backward_gpu(grad_outputs[0], q, saved[1], saved[2], saved[3], saved[4],
-                                                      kernel_for(q.scalar_type(), q.size(3), q.size(2),
-                                                                 saved[5].defined(), choice),
+                                                      kernel_for(q, saved[1], saved[2], saved[5].defined(), choice),
                                                       saved[5], saved[6]);
 #endif
     }

@@ -35,10 +35,11 @@ torch::Tensor flash_attention_rope_qkv(const torch::Tensor& qkv, int64_t q_heads
 
 // Which kernel generation runs (kernels/flash_attention.cuh). The default: the Hopper generation's forward (TMA
 // and wgmma) with the register tiles' backward where it applies (bf16/fp16, head_dim 64 or 128, no RoPE in the
-// load, an sm_90 GPU with an sm_90a build) and the sequence is longer than 128 positions (kHopperDefaultMinSeq in
-// the .cpp: slower at 128, faster from 512, between not measured), else the register tiles where they exist
-// (bf16/fp16 on NVIDIA), else the shared-memory tiles. Each generation stays selectable for kernel_bench, which measures the steps between
-// them; a call a chosen generation does not apply to is refused (flash_attention_kernel_applies says beforehand).
+// load, an sm_90 GPU with an sm_90a build, no broadcast input with a zero stride) and the sequence is longer than
+// 128 positions (kHopperDefaultMinSeq in the .cpp: slower at 128, faster from 512, between not measured), else the
+// register tiles where they exist (bf16/fp16 on NVIDIA), else the shared-memory tiles. Each generation stays
+// selectable for kernel_bench, which measures the steps between them; a call a chosen generation does not apply to
+// is refused (flash_attention_kernel_applies says beforehand).
 enum class FlashAttentionKernel { kDefault, kSharedMemoryTiles, kHopper, kRegisterTiles };
 torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                               FlashAttentionKernel kernel);
