@@ -394,10 +394,15 @@ TEST(FlashAttentionGpu, EveryKernelOnceAtSanitizerSize) {
         for (const Config& c : {one_fragment, two_fragments})
           run(c, head_dim, dtype, rope, have_registers ? registers : ours_default,
               have_registers ? "register tiles" : "default");
-    // Hopper forward (bf16, fp16; head_dim 64 and 128; one block layout per head dim).
-    if (have_hopper && head_dim >= 64)
+    // Hopper forward (bf16, fp16; head_dim 64 and 128; one block layout per head dim). Its grid is persistent
+    // (a block per SM): the last case has more work items (2 query blocks x 36 heads x 2 at head_dim 64, 3 x 36 x 2
+    // at 128) than any GPU we run has SMs, so blocks move on to a second item (Q released and reloaded, the K/V
+    // ring's phases carried across items).
+    if (have_hopper && head_dim >= 64) {
       for (const auto dtype : {torch::kBFloat16, torch::kFloat16})
         for (const Config& c : {one_fragment, two_fragments}) run(c, head_dim, dtype, false, hopper, "Hopper forward");
+      run(Config{2, 36, 4, 300, 0}, head_dim, torch::kBFloat16, false, hopper, "Hopper forward, more items than SMs");
+    }
     // Shared-memory tiles: every dtype, no RoPE in the load, one row layout.
     for (const auto dtype : kDtypes) run(one_fragment, head_dim, dtype, false, tiled, "shared-memory tiles");
   }
