@@ -311,14 +311,11 @@ struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction
       k_saved = kernel_ready(k);
       v_saved = kernel_ready(v);
       const auto choice = static_cast<FlashAttentionKernel>(kernel);
-      TORCH_CHECK(choice != FlashAttentionKernel::kHopper ||
-                      flash_attention_kernel_applies(choice, q.scalar_type(), q.size(3)),
-                  "tt::ops::flash_attention: the Hopper kernel runs bf16/fp16 with head_dim 64 or 128 on an sm_90 GPU "
-                  "(sm_90a build) only; got ", q.scalar_type(), ", head_dim ", q.size(3));
-      TORCH_CHECK(choice != FlashAttentionKernel::kRegisterTiles ||
-                      flash_attention_kernel_applies(choice, q.scalar_type(), q.size(3)),
-                  "tt::ops::flash_attention: the register-tile kernel runs bf16/fp16 on NVIDIA GPUs only; got ",
-                  q.scalar_type());
+      TORCH_CHECK(flash_attention_kernel_applies(choice, q.scalar_type(), q.size(3)), "tt::ops::flash_attention: ",
+                  choice == FlashAttentionKernel::kHopper
+                      ? "the Hopper kernel runs bf16/fp16 with head_dim 64 or 128 on an sm_90 GPU (sm_90a build) only"
+                      : "the register-tile kernel runs bf16/fp16 on NVIDIA GPUs only",
+                  "; got ", q.scalar_type(), ", head_dim ", q.size(3));
       TORCH_CHECK(choice != FlashAttentionKernel::kHopper || !cos.has_value(),
                   "tt::ops::flash_attention: the Hopper kernel takes no RoPE in the load");
       const auto generation = kernel_for(q_saved, k_saved, v_saved, cos.has_value(), choice);
