@@ -271,22 +271,7 @@ __global__ void __launch_bounds__(BackwardKvShape<kD>::kThreads) flash_backward_
     }
 
     // P^T = exp(S^T * scale - lse) (0 where the key is in the query's future), dS^T = P^T * (dP^T - delta).
-#pragma unroll
-    for (int n = 0; n < kBlockM / 8; ++n) {
-      const int col = c_col(n, 0);
-      const float2 lse_pair = *reinterpret_cast<const float2*>(lse + col);
-      const float2 delta_pair = *reinterpret_cast<const float2*>(delta + col);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int query = q0 + col + (e & 1);
-        const int key = warp_k0 + c_row(e);
-        const float row_lse = (e & 1) ? lse_pair.y : lse_pair.x;
-        const float row_delta = (e & 1) ? delta_pair.y : delta_pair.x;
-        const float prob = recomputed_probability(s[n][e], scale_log2, row_lse * kLog2e, attends(query, key, seq));
-        s[n][e] = prob;
-        dp[n][e] = prob * (dp[n][e] - row_delta);
-      }
-    }
+    score_gradients_transposed<kBlockM>(s, dp, lse, delta, q0, warp_k0, seq, scale_log2, true);
 
     uint32_t a[kBlockM / 16][4];
     to_a_fragments<T, kBlockM>(a, s);
@@ -322,33 +307,6 @@ struct BackwardQShape {
   static constexpr int kStageBytes = 2 * tile_bytes<kD>(kBlockN);
   static constexpr int kBytes = kStage + 2 * kStageBytes;
 };
-
-// delta = rowsum(dO * O) of the warp's 16 queries starting at warp_q0, two lanes per query (each sums half the
-// head dim, then the pair adds): returns the query's delta to both lanes of its pair and writes it to
-// p.delta[stats + query].
-template <typename T, int kD>
-__device__ __forceinline__ float warp_rows_delta(const FlashBackwardParams& p, int64_t batch, int64_t head,
-                                                 int warp_q0, int64_t stats) {
-  const int seq = static_cast<int>(p.seq);
-  const int query = warp_q0 + lane() / 2;
-  const int col0 = lane() % 2 * (kD / 2);
-  float sum = 0.0f;
-  if (query < seq) {
-    const T* out = head_ptr<T>(p.out, p.out_strides, batch, head) + static_cast<int64_t>(query) * p.out_strides.seq;
-    const T* grad = head_ptr<T>(p.grad_out, p.grad_out_strides, batch, head) +
-                    static_cast<int64_t>(query) * p.grad_out_strides.seq;
-#pragma unroll
-    for (int col = col0; col < col0 + kD / 2; col += 8) {
-      const Pack<T, 8> o = load_pack<8>(out + col);
-      const Pack<T, 8> g = load_pack<8>(grad + col);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) sum += to_float(o.values[i]) * to_float(g.values[i]);
-    }
-  }
-  const float delta = sum + shfl_xor(sum, 1);
-  if (lane() % 2 == 0 && query < seq) p.delta[stats + query] = delta;
-  return delta;
-}
 
 template <typename T, int kD, bool kRope>
 __global__ void __launch_bounds__(BackwardQShape<kD>::kThreads) flash_backward_q_kernel(FlashBackwardParams p) {
@@ -387,18 +345,7 @@ __global__ void __launch_bounds__(BackwardQShape<kD>::kThreads) flash_backward_q
 
   // delta while the tiles are in flight; written out for the dK/dV kernel, which runs after this one (no
   // pre-pass kernel of its own).
-  const int64_t stats = (batch * p.q_heads + head) * p.seq;
-  const float delta = warp_rows_delta<T, kD>(p, batch, head, warp_q0, stats);
-
-  // This lane's two rows' statistics (rows past seq read as 0 and are masked below).
-  float row_lse[2];
-  float row_delta[2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int query = warp_q0 + c_row(2 * half);
-    row_lse[half] = query < seq ? p.lse[stats + query] * kLog2e : 0.0f;
-    row_delta[half] = shfl_from(delta, 2 * c_row(2 * half));
-  }
+  const RowStatistics rows = row_statistics<T, kD>(p, batch, head, warp_q0);
 
   float grad_q[kD / 8][4];
   zero(grad_q);
@@ -422,15 +369,7 @@ __global__ void __launch_bounds__(BackwardQShape<kD>::kThreads) flash_backward_q
       mma_abt<T, kD, kD, kBlockN>(dp, a, v_tile(j), 0);  // dP = dO V^T
     }
 
-#pragma unroll
-    for (int n = 0; n < kBlockN / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int query = warp_q0 + c_row(e);
-        const int key = k0 + c_col(n, e);
-        const float prob = recomputed_probability(s[n][e], scale_log2, row_lse[e / 2], attends(query, key, seq));
-        dp[n][e] = prob * (dp[n][e] - row_delta[e / 2]);
-      }
+    score_gradients<kBlockN>(s, dp, rows, k0, warp_q0, seq, scale_log2, true);  // dS = P * (dP - delta)
 
     uint32_t a[kBlockN / 16][4];
     to_a_fragments<T, kBlockN>(a, dp);
@@ -568,11 +507,7 @@ LaunchStatus flash_attention_forward(const FlashForwardParams& params, DType dty
 
 LaunchStatus flash_attention_backward(const FlashBackwardParams& params, DType dtype, void* stream,
                                       FlashKernel kernel) {
-  // The Hopper generation has no backward of its own yet: its forward writes the same output and log-sum-exp.
-  if (kernel == FlashKernel::kHopper) {
-    if (!flash_kernel_available(kernel, dtype)) return {"this flash attention kernel does not exist for this dtype"};
-    kernel = FlashKernel::kRegisterTiles;
-  }
+  if (kernel == FlashKernel::kHopper) return flash_attention_backward_hopper(params, dtype, stream);
   return dispatch(params, dtype, stream, kernel, flash_attention_backward_tiled,
                   [&](auto element, auto head_dim, auto rope) -> LaunchStatus {
 #if defined(TT_MMA_SYNC)

@@ -116,6 +116,7 @@ LaunchStatus flash_attention_backward_tiled(const FlashBackwardParams& params, D
 // refuses RoPE and head dims other than 64 and 128. hopper_flash_forward_present: the current GPU is sm_90 and
 // this build has the kernel's sm_90a code.
 LaunchStatus flash_attention_forward_hopper(const FlashForwardParams& params, DType dtype, void* stream);
+LaunchStatus flash_attention_backward_hopper(const FlashBackwardParams& params, DType dtype, void* stream);
 bool hopper_flash_forward_present();
 
 #if defined(__CUDACC__) || defined(__HIP__)

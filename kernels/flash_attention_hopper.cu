@@ -294,6 +294,382 @@ LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream)
   return last_launch_status();
 }
 
+// =================================================================================================
+// Backward: FlashAttention-2's two kernels (as the register generation: nothing summed by atomics, so every
+// gradient is bitwise reproducible), each product a wgmma. Both kernels have one shape: a producer warpgroup
+// that copies by TMA the block's resident rows once and streams the other operand pair through a ring, and two
+// consumer warpgroups of 64 rows each.
+//  * dQ (first; it writes delta = rowsum(dO * O)): resident Q and dO of 128 queries, streamed K and V tiles of
+//    64 keys up to the diagonal. S = Q K^T and dP = dO V^T from shared memory, dS = P * (dP - delta) in
+//    registers, dQ += dS K with dS from registers and K MN-major.
+//  * dK, dV: resident K and V of 128 keys, streamed Q and dO tiles of 64 queries (every query head of the
+//    grouped-query group, from the diagonal on) with their lse and delta. S^T = K Q^T and dP^T = V dO^T, keys as
+//    rows, so that P^T and dS^T are already the A operands of dV += P^T dO and dK += dS^T Q (dO and Q MN-major:
+//    the tiles loaded K-major for the first two products serve transposed for the last two).
+// Every tile, resident or streamed, is copied in boxes of 64 rows (one set of tensor maps serves both kernels).
+// =================================================================================================
+
+constexpr int kBackwardBoxRows = 64;
+
+#if defined(TT_HOPPER_DEVICE)
+// Copies rows [row0, row0 + kRows) of one head of `map` into a tile of 64-column swizzled panels, in boxes of
+// kBackwardBoxRows rows; the bytes complete on `barrier` (rows past the sequence's end arrive as zeros).
+template <int kRows, int kD>
+__device__ __forceinline__ void tma_load_rows(unsigned char* tile, const CUtensorMap* map, uint64_t* barrier,
+                                              int row0, int head, int batch) {
+#pragma unroll
+  for (int panel = 0; panel < kD / hopper::kPanelColumns; ++panel)
+#pragma unroll
+    for (int box = 0; box < kRows / kBackwardBoxRows; ++box)
+      hopper::tma_load_4d(tile + (panel * kRows + box * kBackwardBoxRows) * hopper::kSwizzleRowBytes, map, barrier,
+                          panel * hopper::kPanelColumns, row0 + box * kBackwardBoxRows, head, batch);
+}
+#endif
+
+// Both kernels' shape: kResident rows of two operands held for the whole block (Q and dO, or K and V), and
+// tiles of kStreamed rows of two others streamed through kStages ring slots. kStats: the streamed rows' lse and
+// delta come with them (dK/dV). Then the staging rows of the output and the barriers.
+template <int kD, int kResidentRows, int kStreamedRows, bool kStats>
+struct HopperBackwardShape {
+  static constexpr int kConsumers = 2;
+  static_assert(kResidentRows == hopper::kWarpgroupRows * kConsumers, "a consumer warpgroup per 64 resident rows");
+  static constexpr int kStages = 2;
+  static constexpr int kThreads = (1 + kConsumers) * hopper::kWarpgroupThreads;
+  // The statistics warp's loop needs more than the bare TMA thread's 24 registers (it spilled there).
+  static constexpr int kProducerRegisters = kStats ? 40 : 24;
+  static constexpr int kConsumerRegisters = kStats ? 232 : 240;
+  static_assert((kProducerRegisters + kConsumers * kConsumerRegisters) * hopper::kWarpgroupThreads <=
+                    kThreads * ((64 * 1024 / kThreads) & ~7),
+                "the register budgets must fit the block's allocation");
+  static constexpr int kResidentBytes = hopper::panel_tile_bytes(kResidentRows, kD);  // one of the two
+  static constexpr int kTileBytes = hopper::panel_tile_bytes(kStreamedRows, kD);      // one of the two
+  static constexpr int kStatsBytes = kStats ? 2 * kStreamedRows * 4 : 0;              // lse, delta
+  static constexpr int kResidentA = 0;
+  static constexpr int kResidentB = kResidentA + kResidentBytes;
+  static constexpr int kStreamA = kResidentB + kResidentBytes;
+  static constexpr int kStreamB = kStreamA + kStages * kTileBytes;
+  static constexpr int kStreamStats = kStreamB + kStages * kTileBytes;
+  static constexpr int kStaging = kStreamStats + kStages * kStatsBytes;
+  static constexpr int kBarriers = kStaging + tile_bytes<kD>(kResidentRows);
+  static constexpr int kBarrierCount = 1 + 2 * kStages;  // resident full; full and empty per slot
+  static constexpr int kBytes = kBarriers + 8 * kBarrierCount + 1024;  // + the alignment of the start
+  static_assert(kResidentBytes % 1024 == 0 && kTileBytes % 1024 == 0, "swizzled tiles start 1024-byte aligned");
+  static_assert(kStaging % 16 == 0 && kBarriers % 8 == 0, "staging rows are 16-byte aligned, barriers 8-byte words");
+  static_assert(kResidentRows % kBackwardBoxRows == 0 && kStreamedRows % kBackwardBoxRows == 0,
+                "tiles are copied in whole boxes");
+};
+template <int kD>
+using HopperBackwardQShape = HopperBackwardShape<kD, 128, 64, false>;  // 128 queries; tiles of 64 keys
+template <int kD>
+using HopperBackwardKvShape = HopperBackwardShape<kD, 128, 64, true>;  // 128 keys; tiles of 64 queries
+
+#if defined(TT_HOPPER_DEVICE)
+// The barriers and tiles of a HopperBackwardShape block in its (1024-byte aligned) shared memory.
+template <typename Shape>
+struct BackwardBlock {
+  unsigned char* smem;
+  __device__ unsigned char* resident_a() const { return smem + Shape::kResidentA; }
+  __device__ unsigned char* resident_b() const { return smem + Shape::kResidentB; }
+  __device__ unsigned char* stream_a(int slot) const { return smem + Shape::kStreamA + slot * Shape::kTileBytes; }
+  __device__ unsigned char* stream_b(int slot) const { return smem + Shape::kStreamB + slot * Shape::kTileBytes; }
+  __device__ float* stats(int slot) const {
+    return reinterpret_cast<float*>(smem + Shape::kStreamStats + slot * Shape::kStatsBytes);
+  }
+  __device__ uint64_t* resident_full() const { return reinterpret_cast<uint64_t*>(smem + Shape::kBarriers); }
+  __device__ uint64_t* full(int slot) const { return resident_full() + 1 + slot; }
+  __device__ uint64_t* empty(int slot) const { return resident_full() + 1 + Shape::kStages + slot; }
+
+  // Aligns the dynamic shared memory and initialises the barriers (block-collective).
+  __device__ static BackwardBlock start(unsigned char* smem_unaligned) {
+    BackwardBlock block{smem_unaligned + ((1024 - shared_address(smem_unaligned) % 1024) % 1024)};
+    if (threadIdx.x == 0) {
+      hopper::barrier_init(block.resident_full(), 1);
+      for (int slot = 0; slot < Shape::kStages; ++slot) {
+        // A streamed slot fills with the TMA thread's arrival, and the statistics warp's 32 where there is one.
+        hopper::barrier_init(block.full(slot), 1 + (Shape::kStatsBytes > 0 ? kMmaLanes : 0));
+        hopper::barrier_init(block.empty(slot), Shape::kConsumers * hopper::kWarpgroupThreads);
+      }
+      hopper::barrier_init_fence();
+    }
+    __syncthreads();
+    return block;
+  }
+  // Streamed tile i sits in slot i % kStages, in round i / kStages of the ring.
+  __device__ static int slot_of(int i) { return i % Shape::kStages; }
+  __device__ static int round_parity(int i) { return (i / Shape::kStages) & 1; }
+};
+
+// S (or S^T) and dP (or dP^T) of one tile: a [64 x kN] = rows of `a` (this warpgroup's 64 rows of a resident
+// K-major tile of kRows rows) times the streamed tile `b` (kN rows, K-major) transposed, for both operand pairs,
+// issued as one group and waited for.
+template <typename T, int kD, int kRows, int kN>
+__device__ __forceinline__ void scores_and_gradients(float (&s)[kN / 8][4], float (&dp)[kN / 8][4],
+                                                     const unsigned char* a_s, const unsigned char* b_s,
+                                                     const unsigned char* a_dp, const unsigned char* b_dp) {
+  using namespace hopper;
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < kD / 16; ++k)
+    wgmma<T, 0, 0>(s, k_major_descriptor(a_s, kRows, k), k_major_descriptor(b_s, kN, k), k > 0);
+#pragma unroll
+  for (int k = 0; k < kD / 16; ++k)
+    wgmma<T, 0, 0>(dp, k_major_descriptor(a_dp, kRows, k), k_major_descriptor(b_dp, kN, k), k > 0);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_operands(s);
+  fence_operands(dp);
+}
+
+// acc [64 x kD] += A [64 x kK] B with A's fragments in registers and B a streamed or resident tile of kK rows
+// read MN-major (its rows are the reduced dimension), issued (not waited for).
+template <typename T, int kD, int kK>
+__device__ __forceinline__ void accumulate_product(float (&acc)[kD / 8][4], const uint32_t (&a)[kK / 16][4],
+                                                   const unsigned char* b) {
+  using namespace hopper;
+#pragma unroll
+  for (int k = 0; k < kK / 16; ++k) wgmma<T, 1>(acc, a[k], mn_major_descriptor(b, kK, k), true);
+}
+#endif
+
+// dQ. The item of block b: a query block of 128 rows of one head and batch entry, the longest first.
+template <typename T, int kD>
+__global__ void __launch_bounds__(HopperBackwardQShape<kD>::kThreads, 1)
+    flash_backward_q_hopper_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                                   const __grid_constant__ CUtensorMap v_map,
+                                   const __grid_constant__ CUtensorMap grad_out_map, const FlashBackwardParams p) {
+#if defined(TT_HOPPER_DEVICE)
+  using namespace hopper;
+  using Shape = HopperBackwardQShape<kD>;
+  using Block = BackwardBlock<Shape>;
+  constexpr int kBlockM = kWarpgroupRows * Shape::kConsumers;  // queries
+  constexpr int kBlockN = kBackwardBoxRows;                    // keys per streamed tile
+  extern __shared__ unsigned char smem_unaligned[];
+  const Block block = Block::start(smem_unaligned);
+  const int seq = static_cast<int>(p.seq);
+  const WorkItem item = work_item(static_cast<int>(blockIdx.x), (seq + kBlockM - 1) / kBlockM, kBlockM,
+                                  static_cast<int>(p.q_heads), static_cast<int>(p.kv_heads), static_cast<int>(p.batch));
+  const int q0 = item.q0;
+  const int tiles = (min(seq, q0 + kBlockM) + kBlockN - 1) / kBlockN;  // key tiles up to the diagonal
+
+  if (warpgroup() == 0) {  // the producer: Q and dO once, then each key tile's K and V
+    registers_decrease<Shape::kProducerRegisters>();
+    if (threadIdx.x != 0) return;
+    barrier_arrive_expect_bytes(block.resident_full(), 2 * Shape::kResidentBytes);
+    tma_load_rows<kBlockM, kD>(block.resident_a(), &q_map, block.resident_full(), q0, item.head, item.batch);
+    tma_load_rows<kBlockM, kD>(block.resident_b(), &grad_out_map, block.resident_full(), q0, item.head, item.batch);
+    for (int tile = 0; tile < tiles; ++tile) {
+      const int slot = Block::slot_of(tile);
+      barrier_wait(block.empty(slot), Block::round_parity(tile) ^ 1);
+      barrier_arrive_expect_bytes(block.full(slot), 2 * Shape::kTileBytes);
+      tma_load_rows<kBlockN, kD>(block.stream_a(slot), &k_map, block.full(slot), tile * kBlockN, item.kv_head, item.batch);
+      tma_load_rows<kBlockN, kD>(block.stream_b(slot), &v_map, block.full(slot), tile * kBlockN, item.kv_head, item.batch);
+    }
+    return;
+  }
+
+  registers_increase<Shape::kConsumerRegisters>();
+  const int consumer = warpgroup() - 1;
+  const int row0 = kWarpgroupRows * consumer + kWarpRows * warp_in_warpgroup();  // this warp's first row in the block
+  const int warp_q0 = q0 + row0;
+  const unsigned char* my_q = block.resident_a() + kWarpgroupRows * consumer * kSwizzleRowBytes;
+  const unsigned char* my_grad_out = block.resident_b() + kWarpgroupRows * consumer * kSwizzleRowBytes;
+  const float scale = softmax_scale<kD>();
+  const float scale_log2 = scale * kLog2e;
+  // delta (from global O and dO) while the copies are in flight; written out for the dK/dV kernel.
+  const RowStatistics rows = row_statistics<T, kD>(p, item.batch, item.head, warp_q0);
+
+  float grad_q[kD / 8][4];
+  zero(grad_q);
+  barrier_wait(block.resident_full(), 0);
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int slot = Block::slot_of(tile);
+    const int k0 = tile * kBlockN;
+    barrier_wait(block.full(slot), Block::round_parity(tile));
+    float s[kBlockN / 8][4];
+    float dp[kBlockN / 8][4];
+    scores_and_gradients<T, kD, kBlockM, kBlockN>(s, dp, my_q, block.stream_a(slot), my_grad_out,
+                                                   block.stream_b(slot));  // S = Q K^T, dP = dO V^T
+    const bool masked = k0 + kBlockN - 1 > warp_q0 || k0 + kBlockN > seq;
+    score_gradients<kBlockN>(s, dp, rows, k0, warp_q0, seq, scale_log2, masked);  // dS = P * (dP - delta)
+    uint32_t ds[kBlockN / 16][4];
+    to_a_fragments<T, kBlockN>(ds, dp);
+    fence_operands(grad_q);
+    wgmma_fence();
+    accumulate_product<T, kD, kBlockN>(grad_q, ds, block.stream_a(slot));  // dQ += dS K
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operands(grad_q);
+    barrier_arrive(block.empty(slot));
+  }
+
+  // Each warp stages and writes its own 16 rows.
+  T* staging = reinterpret_cast<T*>(block.smem + Shape::kStaging);
+  stage_rows<T, kD>(staging, row0, grad_q, scale, q0, seq, nullptr, nullptr);
+  __syncwarp();
+  store_rows<kWarpRows, kD, kMmaLanes>(head_ptr<T>(p.grad_q, p.grad_q_strides, item.batch, item.head),
+                                       p.grad_q_strides.seq, warp_q0, seq, staging + row0 * kPitch<kD>, lane());
+#else
+  (void)q_map, (void)k_map, (void)v_map, (void)grad_out_map, (void)p;
+#if defined(__CUDA_ARCH__)
+  __trap();  // as the forward: never launched where sm_90a code is missing
+#endif
+#endif  // TT_HOPPER_DEVICE
+}
+
+// dK and dV. The item of block b: a key block of 128 rows of one key/value head and batch entry, the earliest
+// (longest: it sees every later query) first. Its stream: for each query head of the group, the query tiles from
+// the key block's first key on, in that fixed order.
+template <typename T, int kD>
+__global__ void __launch_bounds__(HopperBackwardKvShape<kD>::kThreads, 1)
+    flash_backward_kv_hopper_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                                    const __grid_constant__ CUtensorMap v_map,
+                                    const __grid_constant__ CUtensorMap grad_out_map, const FlashBackwardParams p) {
+#if defined(TT_HOPPER_DEVICE)
+  using namespace hopper;
+  using Shape = HopperBackwardKvShape<kD>;
+  using Block = BackwardBlock<Shape>;
+  constexpr int kBlockN = kWarpgroupRows * Shape::kConsumers;  // keys
+  constexpr int kBlockM = kBackwardBoxRows;                    // queries per streamed tile
+  extern __shared__ unsigned char smem_unaligned[];
+  const Block block = Block::start(smem_unaligned);
+  const int seq = static_cast<int>(p.seq);
+  const int kv_heads = static_cast<int>(p.kv_heads), batches = static_cast<int>(p.batch);
+  const int work = static_cast<int>(blockIdx.x);
+  const int k0 = work / (kv_heads * batches) * kBlockN;
+  const int kv_head = work % (kv_heads * batches) % kv_heads;
+  const int batch = work % (kv_heads * batches) / kv_heads;
+  const int group = static_cast<int>(p.q_heads) / kv_heads;
+  const int q_tiles = (seq - k0 + kBlockM - 1) / kBlockM;  // query tiles that end before k0 see none of its keys
+  const int steps = group * q_tiles;                       // (head, query tile) pairs, head-major
+  auto head_of = [&](int i) { return kv_head * group + i / q_tiles; };
+  auto q0_of = [&](int i) { return k0 + i % q_tiles * kBlockM; };
+
+  if (warpgroup() == 0) {
+    registers_decrease<Shape::kProducerRegisters>();
+    if (threadIdx.x == 0) {  // K and V once, then each step's Q and dO
+      barrier_arrive_expect_bytes(block.resident_full(), 2 * Shape::kResidentBytes);
+      tma_load_rows<kBlockN, kD>(block.resident_a(), &k_map, block.resident_full(), k0, kv_head, batch);
+      tma_load_rows<kBlockN, kD>(block.resident_b(), &v_map, block.resident_full(), k0, kv_head, batch);
+      for (int i = 0; i < steps; ++i) {
+        const int slot = Block::slot_of(i);
+        barrier_wait(block.empty(slot), Block::round_parity(i) ^ 1);
+        barrier_arrive_expect_bytes(block.full(slot), 2 * Shape::kTileBytes);
+        tma_load_rows<kBlockM, kD>(block.stream_a(slot), &q_map, block.full(slot), q0_of(i), head_of(i), batch);
+        tma_load_rows<kBlockM, kD>(block.stream_b(slot), &grad_out_map, block.full(slot), q0_of(i), head_of(i), batch);
+      }
+    } else if (warp_in_warpgroup() == 1) {  // the statistics warp: each step's lse and delta, 0 past the end
+      for (int i = 0; i < steps; ++i) {
+        const int slot = Block::slot_of(i);
+        barrier_wait(block.empty(slot), Block::round_parity(i) ^ 1);
+        const int64_t stats = (static_cast<int64_t>(batch) * p.q_heads + head_of(i)) * p.seq;
+        float* lse = block.stats(slot);
+        for (int r = lane(); r < kBlockM; r += kMmaLanes) {
+          const int query = q0_of(i) + r;
+          lse[r] = query < seq ? p.lse[stats + query] : 0.0f;
+          lse[kBlockM + r] = query < seq ? p.delta[stats + query] : 0.0f;
+        }
+        barrier_arrive(block.full(slot));  // releases the writes to the consumers that wait on the phase
+      }
+    }
+    return;
+  }
+
+  registers_increase<Shape::kConsumerRegisters>();
+  const int consumer = warpgroup() - 1;
+  const int row0 = kWarpgroupRows * consumer + kWarpRows * warp_in_warpgroup();
+  const int warp_k0 = k0 + row0;  // this warp's first key
+  const unsigned char* my_k = block.resident_a() + kWarpgroupRows * consumer * kSwizzleRowBytes;
+  const unsigned char* my_v = block.resident_b() + kWarpgroupRows * consumer * kSwizzleRowBytes;
+  const float scale = softmax_scale<kD>();
+  const float scale_log2 = scale * kLog2e;
+
+  float grad_k[kD / 8][4];
+  float grad_v[kD / 8][4];
+  zero(grad_k);
+  zero(grad_v);
+  barrier_wait(block.resident_full(), 0);
+  for (int i = 0; i < steps; ++i) {
+    const int slot = Block::slot_of(i);
+    const int q0 = q0_of(i);
+    barrier_wait(block.full(slot), Block::round_parity(i));
+    float s[kBlockM / 8][4];
+    float dp[kBlockM / 8][4];
+    scores_and_gradients<T, kD, kBlockN, kBlockM>(s, dp, my_k, block.stream_a(slot), my_v,
+                                                   block.stream_b(slot));  // S^T = K Q^T, dP^T = V dO^T
+    const bool masked = q0 < warp_k0 + kWarpRows - 1 || q0 + kBlockM > seq;
+    const float* lse = block.stats(slot);
+    score_gradients_transposed<kBlockM>(s, dp, lse, lse + kBlockM, q0, warp_k0, seq, scale_log2, masked);
+    uint32_t probs[kBlockM / 16][4];
+    uint32_t ds[kBlockM / 16][4];
+    to_a_fragments<T, kBlockM>(probs, s);
+    to_a_fragments<T, kBlockM>(ds, dp);
+    fence_operands(grad_v);
+    fence_operands(grad_k);
+    wgmma_fence();
+    accumulate_product<T, kD, kBlockM>(grad_v, probs, block.stream_b(slot));  // dV += P^T dO
+    accumulate_product<T, kD, kBlockM>(grad_k, ds, block.stream_a(slot));     // dK += dS^T Q
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operands(grad_v);
+    fence_operands(grad_k);
+    barrier_arrive(block.empty(slot));
+  }
+
+  // Each warp stages and writes its own 16 rows of dK, then of dV.
+  T* staging = reinterpret_cast<T*>(block.smem + Shape::kStaging);
+  T* my_staging = staging + row0 * kPitch<kD>;
+  stage_rows<T, kD>(staging, row0, grad_k, scale, k0, seq, nullptr, nullptr);
+  __syncwarp();
+  store_rows<kWarpRows, kD, kMmaLanes>(head_ptr<T>(p.grad_k, p.grad_k_strides, batch, kv_head), p.grad_k_strides.seq,
+                                       warp_k0, seq, my_staging, lane());
+  __syncwarp();
+  stage_rows<T, kD>(staging, row0, grad_v, 1.0f, k0, seq, nullptr, nullptr);
+  __syncwarp();
+  store_rows<kWarpRows, kD, kMmaLanes>(head_ptr<T>(p.grad_v, p.grad_v_strides, batch, kv_head), p.grad_v_strides.seq,
+                                       warp_k0, seq, my_staging, lane());
+#else
+  (void)q_map, (void)k_map, (void)v_map, (void)grad_out_map, (void)p;
+#if defined(__CUDA_ARCH__)
+  __trap();
+#endif
+#endif  // TT_HOPPER_DEVICE
+}
+
+template <typename Kernel>
+LaunchStatus launch_backward(Kernel* kernel, int64_t items, int threads, int bytes, const CUtensorMap (&maps)[4],
+                             const FlashBackwardParams& p, gpuStream_t stream) {
+  if (items > std::numeric_limits<int>::max())
+    return {"the Hopper flash attention kernels count their work items in 32 bits: batch x heads x blocks is too many"};
+  const LaunchStatus status = allow_dynamic_shared_memory(kernel, bytes);
+  if (!status.ok()) return status;
+  kernel<<<static_cast<unsigned>(items), threads, bytes, stream>>>(maps[0], maps[1], maps[2], maps[3], p);
+  return last_launch_status();
+}
+
+// dQ first: its kernel also writes delta, which the dK/dV kernel reads.
+template <typename T, int kD>
+LaunchStatus hopper_backward_for(const FlashBackwardParams& p, gpuStream_t stream) {
+  constexpr bool kBf16 = std::is_same_v<T, bf16>;
+  CUtensorMap maps[4];  // q, k, v, grad_out
+  const void* bases[4] = {p.q, p.k, p.v, p.grad_out};
+  const FlashStrides strides[4] = {p.q_strides, p.k_strides, p.v_strides, p.grad_out_strides};
+  for (int i = 0; i < 4; ++i) {
+    const int64_t heads = i == 1 || i == 2 ? p.kv_heads : p.q_heads;
+    if (const char* e = hopper::encode_tensor_map(&maps[i], bases[i], kBf16, p.batch, heads, p.seq, kD,
+                                                  strides[i].batch, strides[i].head, strides[i].seq, kBackwardBoxRows))
+      return {e};
+  }
+  using Q = HopperBackwardQShape<kD>;
+  const LaunchStatus status =
+      launch_backward(flash_backward_q_hopper_kernel<T, kD>, static_cast<int64_t>(blocks_for(p.seq, 128)) * p.q_heads * p.batch,
+                      Q::kThreads, Q::kBytes, maps, p, stream);
+  if (!status.ok()) return status;
+  using Kv = HopperBackwardKvShape<kD>;
+  return launch_backward(flash_backward_kv_hopper_kernel<T, kD>,
+                         static_cast<int64_t>(blocks_for(p.seq, 128)) * p.kv_heads * p.batch, Kv::kThreads,
+                         Kv::kBytes, maps, p, stream);
+}
+
 }  // namespace
 
 bool hopper_flash_forward_present() {
@@ -340,11 +716,29 @@ LaunchStatus flash_attention_forward_hopper(const FlashForwardParams& params, DT
   }
 }
 
+LaunchStatus flash_attention_backward_hopper(const FlashBackwardParams& params, DType dtype, void* stream) {
+  if (!hopper_flash_forward_present()) return {"the Hopper flash attention kernels need an sm_90 GPU and an sm_90a build"};
+  if (params.rope_cos != nullptr) return {"the Hopper flash attention kernels take no RoPE"};
+  if (dtype != DType::kBFloat16 && dtype != DType::kFloat16) return {"the Hopper flash attention kernels take bf16 or fp16"};
+  if (params.batch == 0 || params.q_heads == 0 || params.seq == 0) return {};
+  const auto s = static_cast<gpuStream_t>(stream);
+  const bool bf = dtype == DType::kBFloat16;
+  switch (params.head_dim) {
+    case 64: return bf ? hopper_backward_for<bf16, 64>(params, s) : hopper_backward_for<fp16, 64>(params, s);
+    case 128: return bf ? hopper_backward_for<bf16, 128>(params, s) : hopper_backward_for<fp16, 128>(params, s);
+    default: return {"the Hopper flash attention kernels exist for head_dim 64 and 128 only"};
+  }
+}
+
 #else  // AMD: the Hopper generation does not exist.
 
 bool hopper_flash_forward_present() { return false; }
 
 LaunchStatus flash_attention_forward_hopper(const FlashForwardParams&, DType, void*) {
+  return {"the Hopper flash attention kernels exist on NVIDIA sm_90a only"};
+}
+
+LaunchStatus flash_attention_backward_hopper(const FlashBackwardParams&, DType, void*) {
   return {"the Hopper flash attention kernels exist on NVIDIA sm_90a only"};
 }
 

@@ -410,6 +410,95 @@ __device__ __forceinline__ float recomputed_probability(float s, float scale_log
   return attended ? exp2f(s * scale_log2 - lse_log2) : 0.0f;
 }
 
+// delta = rowsum(dO * O) of the warp's 16 queries starting at warp_q0, two lanes per query (each sums half the
+// head dim, then the pair adds): returns the query's delta to both lanes of its pair and writes it to
+// p.delta[stats + query].
+template <typename T, int kD>
+__device__ __forceinline__ float warp_rows_delta(const FlashBackwardParams& p, int64_t batch, int64_t head,
+                                                 int warp_q0, int64_t stats) {
+  const int seq = static_cast<int>(p.seq);
+  const int query = warp_q0 + lane() / 2;
+  const int col0 = lane() % 2 * (kD / 2);
+  float sum = 0.0f;
+  if (query < seq) {
+    const T* out = head_ptr<T>(p.out, p.out_strides, batch, head) + static_cast<int64_t>(query) * p.out_strides.seq;
+    const T* grad = head_ptr<T>(p.grad_out, p.grad_out_strides, batch, head) +
+                    static_cast<int64_t>(query) * p.grad_out_strides.seq;
+#pragma unroll
+    for (int col = col0; col < col0 + kD / 2; col += 8) {
+      const Pack<T, 8> o = load_pack<8>(out + col);
+      const Pack<T, 8> g = load_pack<8>(grad + col);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sum += to_float(o.values[i]) * to_float(g.values[i]);
+    }
+  }
+  const float delta = sum + shfl_xor(sum, 1);
+  if (lane() % 2 == 0 && query < seq) p.delta[stats + query] = delta;
+  return delta;
+}
+
+// The backward's per-row statistics of a warp's 16 query rows, for the two rows each lane holds (c_row(0) and
+// c_row(2)): the forward's log-sum-exp in log2 units and delta = rowsum(dO * O), which is computed here and
+// written to p.delta for the dK/dV kernel (rows past seq read as 0: their tiles are zeros and they are never
+// stored).
+struct RowStatistics {
+  float lse_log2[2];
+  float delta[2];
+};
+template <typename T, int kD>
+__device__ __forceinline__ RowStatistics row_statistics(const FlashBackwardParams& p, int64_t batch, int64_t head,
+                                                        int warp_q0) {
+  const int64_t stats = (batch * p.q_heads + head) * p.seq;
+  const float delta = warp_rows_delta<T, kD>(p, batch, head, warp_q0, stats);
+  RowStatistics rows;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int query = warp_q0 + c_row(2 * half);
+    rows.lse_log2[half] = query < static_cast<int>(p.seq) ? p.lse[stats + query] * kLog2e : 0.0f;
+    rows.delta[half] = shfl_from(delta, 2 * c_row(2 * half));
+  }
+  return rows;
+}
+
+// The softmax's backward on a warp's fragments of one tile, queries as rows (dQ's orientation): P = the forward's
+// probability recomputed from its log-sum-exp, then dS = P * (dP - delta) in place of dP (s keeps P). `masked`:
+// the tile crosses the warp's diagonal or the sequence's end, so P is 0 where the query does not attend.
+template <int kBlockN>
+__device__ __forceinline__ void score_gradients(float (&s)[kBlockN / 8][4], float (&dp)[kBlockN / 8][4],
+                                                const RowStatistics& rows, int k0, int warp_q0, int seq,
+                                                float scale_log2, bool masked) {
+#pragma unroll
+  for (int n = 0; n < kBlockN / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const bool attended = !masked || attends(warp_q0 + c_row(e), k0 + c_col(n, e), seq);
+      s[n][e] = recomputed_probability(s[n][e], scale_log2, rows.lse_log2[e / 2], attended);
+      dp[n][e] = s[n][e] * (dp[n][e] - rows.delta[e / 2]);
+    }
+}
+
+// The same with keys as rows (dK and dV's orientation: S^T and dP^T), the statistics per column read from
+// shared memory (lse and delta of the tile's kBlockM queries from q0, fp32; lse in natural log).
+template <int kBlockM>
+__device__ __forceinline__ void score_gradients_transposed(float (&s)[kBlockM / 8][4], float (&dp)[kBlockM / 8][4],
+                                                           const float* lse, const float* delta, int q0, int warp_k0,
+                                                           int seq, float scale_log2, bool masked) {
+#pragma unroll
+  for (int n = 0; n < kBlockM / 8; ++n) {
+    const int col = c_col(n, 0);
+    const float2 lse_pair = *reinterpret_cast<const float2*>(lse + col);
+    const float2 delta_pair = *reinterpret_cast<const float2*>(delta + col);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const bool attended = !masked || attends(q0 + col + (e & 1), warp_k0 + c_row(e), seq);
+      const float col_lse = (e & 1) ? lse_pair.y : lse_pair.x;
+      const float col_delta = (e & 1) ? delta_pair.y : delta_pair.x;
+      s[n][e] = recomputed_probability(s[n][e], scale_log2, col_lse * kLog2e, attended);
+      dp[n][e] = s[n][e] * (dp[n][e] - col_delta);
+    }
+  }
+}
+
 }  // namespace tt::kernels::flash
 
 #endif  // TT_MMA_SYNC

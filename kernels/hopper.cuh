@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "vendor.cuh"
 
@@ -78,6 +79,13 @@ inline const char* encode_tensor_map(CUtensorMap* map, const void* base, bool bf
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
   if (encode == nullptr) return "cuTensorMapEncodeTiled is not available from the CUDA driver";
+  // The encoder is a driver call and needs the device's context current on this thread, which the runtime binds
+  // only on its first call here that needs one. Autograd's backward thread may have made none yet (the encoder
+  // then failed with CUresult 201, invalid context), and c10's device guard skips cudaSetDevice when the device
+  // is already the current one; cudaSetDevice binds the primary context (CUDA 12+) and is allowed under capture.
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaSetDevice(device) != cudaSuccess)
+    return "cudaSetDevice failed before encoding a TMA tensor map";
   constexpr int64_t kBytes = 2;  // bf16 and fp16
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(seq),
                               static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
@@ -91,9 +99,17 @@ inline const char* encode_tensor_map(CUtensorMap* map, const void* base, bool bf
                                  const_cast<void*>(base), dims, strides, box, element_strides,
                                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                  CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return result == CUDA_SUCCESS ? nullptr
-                                : "cuTensorMapEncodeTiled refused a [B, H, S, D] operand (its pointer and strides "
-                                  "must be multiples of 16 bytes)";
+  if (result == CUDA_SUCCESS) return nullptr;
+  // What the driver was given, for the message (kept per thread until its next failure).
+  thread_local std::string message;
+  message = "cuTensorMapEncodeTiled refused a [B, H, S, D] operand (CUresult " + std::to_string(result) +
+            "; dims D, S, H, B = " + std::to_string(head_dim) + ", " + std::to_string(seq) + ", " +
+            std::to_string(heads) + ", " + std::to_string(batch) + "; byte strides S, H, B = " +
+            std::to_string(strides[0]) + ", " + std::to_string(strides[1]) + ", " + std::to_string(strides[2]) +
+            "; address % 16 = " + std::to_string(reinterpret_cast<uintptr_t>(base) % 16) + ", map % 64 = " +
+            std::to_string(reinterpret_cast<uintptr_t>(map) % 64) +
+            "; the pointer and strides must be multiples of 16 bytes, the map 64-byte aligned)";
+  return message.c_str();
 }
 
 }  // namespace tt::kernels::hopper

@@ -188,33 +188,34 @@ TEST(FlashAttentionGpu, AcceptsViewsOfFusedQkvAndOtherLayouts) {
   }
 }
 
+// Output and the three gradients of `attention` equal over three identical runs, bit for bit.
+void expect_bitwise_repeatable(const Attention& attention, const Inputs& in, const std::string& label) {
+  const char* names[] = {"output", "grad q", "grad k", "grad v"};
+  auto grad_out = torch::randn(in.q.sizes(), gpu()).to(in.q.scalar_type());
+  std::vector<std::vector<torch::Tensor>> runs;
+  for (int run = 0; run < 3; ++run) {
+    auto q = leaf(in.q);
+    auto k = leaf(in.k);
+    auto v = leaf(in.v);
+    auto out = attention(q, k, v);
+    auto grads = grads_of({out}, {q, k, v}, {grad_out});
+    runs.push_back({out.detach(), grads[0], grads[1], grads[2]});
+  }
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    EXPECT_TRUE(torch::equal(runs[0][i], runs[1][i]) && torch::equal(runs[0][i], runs[2][i]))
+        << "flash_attention " << label << " " << names[i] << " [" << dtype_name(in.q.scalar_type()) << ", head_dim "
+        << in.q.size(3) << "] differs between three identical runs: max |difference| = "
+        << std::max((runs[0][i].to(torch::kFloat64) - runs[1][i].to(torch::kFloat64)).abs().max().item<double>(),
+                    (runs[0][i].to(torch::kFloat64) - runs[2][i].to(torch::kFloat64)).abs().max().item<double>());
+  }
+}
+
 TEST(FlashAttentionGpu, IsBitwiseDeterministic) {
   TT_REQUIRE_GPU();
   torch::manual_seed(3);
-  const char* names[] = {"output", "grad q", "grad k", "grad v"};
-  for (const auto dtype : kDtypes) {
-    for (const int64_t head_dim : {64, 128}) {
-      const Config config{2, 8, 2, 1000, head_dim};
-      auto in = random_inputs(config, dtype);
-      auto grad_out = torch::randn(in.q.sizes(), gpu()).to(dtype);
-      std::vector<std::vector<torch::Tensor>> runs;
-      for (int run = 0; run < 3; ++run) {
-        auto q = leaf(in.q);
-        auto k = leaf(in.k);
-        auto v = leaf(in.v);
-        auto out = tt::ops::flash_attention(q, k, v);
-        auto grads = grads_of({out}, {q, k, v}, {grad_out});
-        runs.push_back({out.detach(), grads[0], grads[1], grads[2]});
-      }
-      for (size_t i = 0; i < runs[0].size(); ++i) {
-        EXPECT_TRUE(torch::equal(runs[0][i], runs[1][i]) && torch::equal(runs[0][i], runs[2][i]))
-            << "flash_attention " << names[i] << " [" << dtype_name(dtype) << ", head_dim " << head_dim
-            << "] differs between three identical runs: max |difference| = "
-            << std::max((runs[0][i].to(torch::kFloat64) - runs[1][i].to(torch::kFloat64)).abs().max().item<double>(),
-                        (runs[0][i].to(torch::kFloat64) - runs[2][i].to(torch::kFloat64)).abs().max().item<double>());
-      }
-    }
-  }
+  for (const auto dtype : kDtypes)
+    for (const int64_t head_dim : {64, 128})
+      expect_bitwise_repeatable(ours_default, random_inputs({2, 8, 2, 1000, head_dim}, dtype), "default");
 }
 
 // q, k and v as the model passes them: [B, S, H, D] parts of a fused QKV projection, seen as [B, H, S, D].
@@ -310,12 +311,14 @@ TEST(FlashAttentionGpu, SharedMemoryTilesStillMatchTheReference) {
       check_attention(random_inputs(c, dtype), dtype, "shared-memory tiles", tiled);
 }
 
-// The Hopper generation's forward (TMA + wgmma, sm_90 only; its backward is the register tiles'): output and all
-// three gradients against the reference over both dtypes and head dims, grouped-query ratios 1 to 8, lengths that
-// end inside a 64-row warpgroup, a 128- or 192-row block and a 128-key tile, long ones (many tiles, both ring slots
-// reused), several batch entries, and the fused-QKV views v4 passes ([B, S, H, D] strides, read by the tensor
-// maps as they are). Then bitwise reproducibility, and its refusals. Skips where the kernel does not run.
-TEST(FlashAttentionGpu, HopperForwardMatchesTheReference) {
+// The Hopper generation (TMA + wgmma forward and backward, sm_90 only): output and all three gradients against the
+// reference over both dtypes and head dims, grouped-query ratios 1 to 8, lengths that end inside a 64-row
+// warpgroup, a 64-row streamed tile, a 128- or 192-row block and a 128-key tile, long ones (many tiles, both ring
+// slots reused), several batch entries, and the fused-QKV views v4 passes ([B, S, H, D] strides, read by the
+// tensor maps as they are). Then bitwise reproducibility of all four results, a gradient that arrives expanded
+// (stride 0, as .sum() gives; copied contiguous for the tensor map) against the same gradient materialised, and
+// the refusals. Skips where the kernels do not run.
+TEST(FlashAttentionGpu, HopperMatchesTheReference) {
   TT_REQUIRE_GPU();
   if (!tt::ops::flash_attention_kernel_applies(tt::ops::FlashAttentionKernel::kHopper, torch::kBFloat16, 64))
     GTEST_SKIP() << "the Hopper flash attention kernel needs an sm_90 GPU and an sm_90a build";
@@ -329,18 +332,27 @@ TEST(FlashAttentionGpu, HopperForwardMatchesTheReference) {
           const Config c{case_index % 3 == 0 ? 3 : 1, q_heads, kv_heads, seq, head_dim};
           const bool fused = case_index++ % 2 == 1;
           check_attention(fused ? fused_qkv_views(c, dtype) : random_inputs(c, dtype), dtype,
-                          fused ? "Hopper forward, fused-QKV views" : "Hopper forward", hopper);
+                          fused ? "Hopper, fused-QKV views" : "Hopper", hopper);
         }
       }
     }
-    check_attention(random_inputs({1, 16, 2, 4096, 128}, dtype), dtype, "Hopper forward, long", hopper);
-    check_attention(random_inputs({2, 8, 4, 2048, 64}, dtype), dtype, "Hopper forward, long", hopper);
+    check_attention(random_inputs({1, 16, 2, 4096, 128}, dtype), dtype, "Hopper, long", hopper);
+    check_attention(random_inputs({2, 8, 4, 2048, 64}, dtype), dtype, "Hopper, long", hopper);
   }
 
-  auto in = random_inputs({2, 8, 2, 1000, 128}, torch::kBFloat16);
-  auto first = hopper(in.q, in.k, in.v);
-  for (int run = 0; run < 2; ++run)
-    EXPECT_TRUE(torch::equal(first, hopper(in.q, in.k, in.v))) << "the Hopper forward differs between identical runs";
+  for (const int64_t head_dim : {64, 128})
+    expect_bitwise_repeatable(hopper, random_inputs({2, 8, 2, 1000, head_dim}, torch::kBFloat16), "Hopper");
+
+  const auto in = random_inputs({2, 8, 2, 300, 64}, torch::kBFloat16);
+  std::vector<std::vector<torch::Tensor>> grads;
+  for (const bool expanded : {true, false}) {
+    auto q = leaf(in.q), k = leaf(in.k), v = leaf(in.v);
+    const auto out = hopper(q, k, v);
+    grads.push_back(expanded ? grads_of({out.sum()}, {q, k, v}, {torch::ones({}, gpu()).to(torch::kBFloat16)})
+                             : grads_of({out}, {q, k, v}, {torch::ones_like(out)}));
+  }
+  for (int i = 0; i < 3; ++i)
+    EXPECT_TRUE(torch::equal(grads[0][i], grads[1][i])) << "Hopper backward, expanded gradient: input " << i;
 
   auto fp32 = random_inputs({1, 2, 2, 64, 64}, torch::kFloat32);
   expect_error([&] { hopper(fp32.q, fp32.k, fp32.v); }, "the Hopper kernel runs bf16/fp16 with head_dim 64 or 128");
@@ -394,14 +406,14 @@ TEST(FlashAttentionGpu, EveryKernelOnceAtSanitizerSize) {
         for (const Config& c : {one_fragment, two_fragments})
           run(c, head_dim, dtype, rope, have_registers ? registers : ours_default,
               have_registers ? "register tiles" : "default");
-    // Hopper forward (bf16, fp16; head_dim 64 and 128; one block layout per head dim). Its grid is persistent
-    // (a block per SM): the last case has more work items (2 query blocks x 36 heads x 2 at head_dim 64, 3 x 36 x 2
-    // at 128) than any GPU we run has SMs, so blocks move on to a second item (Q released and reloaded, the K/V
-    // ring's phases carried across items).
+    // Hopper forward and backward (bf16, fp16; head_dim 64 and 128; one block layout per head dim). The forward's
+    // grid is persistent (a block per SM): the last case has more work items (2 query blocks x 36 heads x 2 at
+    // head_dim 64, 3 x 36 x 2 at 128) than any GPU we run has SMs, so blocks move on to a second item (Q released
+    // and reloaded, the K/V ring's phases carried across items).
     if (have_hopper && head_dim >= 64) {
       for (const auto dtype : {torch::kBFloat16, torch::kFloat16})
-        for (const Config& c : {one_fragment, two_fragments}) run(c, head_dim, dtype, false, hopper, "Hopper forward");
-      run(Config{2, 36, 4, 300, 0}, head_dim, torch::kBFloat16, false, hopper, "Hopper forward, more items than SMs");
+        for (const Config& c : {one_fragment, two_fragments}) run(c, head_dim, dtype, false, hopper, "Hopper");
+      run(Config{2, 36, 4, 300, 0}, head_dim, torch::kBFloat16, false, hopper, "Hopper, more items than SMs");
     }
     // Shared-memory tiles: every dtype, no RoPE in the load, one row layout.
     for (const auto dtype : kDtypes) run(one_fragment, head_dim, dtype, false, tiled, "shared-memory tiles");

@@ -252,6 +252,9 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward_gpu(const torch
   c10::DeviceGuard guard(q.device());
   // Gradients may arrive in another layout (an expanded scalar from .sum(), say) or dtype.
   auto grad = kernel_ready(grad_out.to(q.scalar_type()));
+  // The Hopper backward reads dO through a tensor map, never tried on a zero stride (an expanded gradient, as
+  // .sum() gives, is one): such a gradient is copied contiguous for it.
+  if (kernel == kernels::FlashKernel::kHopper && !tma_tested_layout(grad)) grad = grad.contiguous();
   if (!grad_q.defined()) grad_q = empty_bshd_as(q);
   if (!grad_k.defined()) grad_k = empty_bshd_as(k);
   if (!grad_v.defined()) grad_v = empty_bshd_as(v);
