@@ -9,8 +9,8 @@
 //  * shared-memory tiles (flash_attention_tiled.cu): every score tile goes through shared memory in fp32,
 //    vendor-neutral (WMMA, MFMA or FMA units); fp32 everywhere, and every dtype on AMD;
 //  * Hopper (flash_attention_hopper.cu): after FlashAttention-3, TMA loads by a producer warpgroup and wgmma
-//    products by two or three consumer warpgroups, a persistent grid; the forward only (its backward is the register generation's), bf16/fp16,
-//    head_dim 64 and 128, no RoPE, NVIDIA sm_90a builds on sm_90 GPUs.
+//    products by two or three consumer warpgroups; a persistent forward, and the register generation's two-kernel
+//    backward on wgmma; bf16/fp16, head_dim 64 and 128, no RoPE, NVIDIA sm_90a builds on sm_90 GPUs.
 #pragma once
 
 #include <cstdint>
@@ -89,7 +89,7 @@ struct FlashBackwardParams {
 enum class FlashKernel {
   kRegisterTiles,      // flash_attention.cu
   kSharedMemoryTiles,  // flash_attention_tiled.cu
-  kHopper              // flash_attention_hopper.cu (forward; the backward runs the register tiles)
+  kHopper              // flash_attention_hopper.cu
 };
 
 // The kernel generation that serves `dtype` in this build: register tiles for bf16/fp16 on CUDA builds,
@@ -112,9 +112,9 @@ LaunchStatus flash_attention_backward(const FlashBackwardParams& params, DType d
 LaunchStatus flash_attention_forward_tiled(const FlashForwardParams& params, DType dtype, void* stream);
 LaunchStatus flash_attention_backward_tiled(const FlashBackwardParams& params, DType dtype, void* stream);
 
-// The Hopper generation's forward (flash_attention_hopper.cu), which flash_attention_forward dispatches to; it
-// refuses RoPE and head dims other than 64 and 128. hopper_flash_forward_present: the current GPU is sm_90 and
-// this build has the kernel's sm_90a code.
+// The Hopper generation (flash_attention_hopper.cu), which the two entry points above dispatch to; it refuses
+// RoPE and head dims other than 64 and 128. hopper_flash_forward_present: the current GPU is sm_90 and this build
+// has the kernels' sm_90a code.
 LaunchStatus flash_attention_forward_hopper(const FlashForwardParams& params, DType dtype, void* stream);
 LaunchStatus flash_attention_backward_hopper(const FlashBackwardParams& params, DType dtype, void* stream);
 bool hopper_flash_forward_present();

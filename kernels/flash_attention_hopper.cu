@@ -1,5 +1,6 @@
-// Flash attention, Hopper generation (sm_90a): the forward with TMA loads and wgmma products, after
-// FlashAttention-3 (Shah et al. 2024): warp specialisation and its pipeline within a warpgroup.
+// Flash attention, Hopper generation (sm_90a): TMA loads and wgmma products, after FlashAttention-3 (Shah et al.
+// 2024): the forward with warp specialisation and its pipeline within a warpgroup; the backward (at the end of this
+// file) as FlashAttention-2's two deterministic kernels, on the same machinery.
 //
 // A block is one producer warpgroup and two consumer warpgroups of 64 query rows (head_dim 128; three for
 // head_dim 64, 192 queries). The grid is persistent: one block per SM, each looping over work items (a query
@@ -16,7 +17,7 @@
 // The consumers share every K/V tile. FA3's ping-pong (consumers taking turns to issue their products) was
 // measured slower here and is not used (docs/attention.md).
 //
-// The log-sum-exp it writes is the register generation's, so that generation's backward serves it.
+// The log-sum-exp it writes is the register generation's, so either generation's backward serves it.
 // bf16 and fp16, head_dim 64 and 128, no RoPE in the load. NVIDIA sm_90a only: other device targets compile the
 // kernel to a trap, and hopper_flash_forward_present says no unless this build has sm_90a code.
 #include <algorithm>
@@ -307,6 +308,9 @@ LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream)
 //    rows, so that P^T and dS^T are already the A operands of dV += P^T dO and dK += dS^T Q (dO and Q MN-major:
 //    the tiles loaded K-major for the first two products serve transposed for the last two).
 // Every tile, resident or streamed, is copied in boxes of 64 rows (one set of tensor maps serves both kernels).
+// Each warpgroup runs its products and softmax steps in order; the forward's pipeline within a warpgroup (the next
+// tile's first products issued before this tile's last) was tried here and measured no faster: the two
+// consumers already fill each other's gaps (docs/attention.md).
 // =================================================================================================
 
 constexpr int kBackwardBoxRows = 64;

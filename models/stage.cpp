@@ -345,7 +345,7 @@ const std::vector<AttentionImplementation>& attention_implementations() {
         flash_attention_register_tiles},
        no_backend_choice},
       {{AttentionKind::kOurFlash, "tt::ops::flash_attention",
-        "our flash attention kernel (tt::ops::flash_attention): on Hopper a TMA/wgmma forward (bf16/fp16, head_dim "
+        "our flash attention kernel (tt::ops::flash_attention): on Hopper TMA/wgmma kernels (bf16/fp16, head_dim "
         "64/128), else register tiles (mma.sync) for bf16/fp16 on NVIDIA; online softmax, native GQA, deterministic "
         "backward",
         ops::flash_attention},

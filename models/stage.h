@@ -33,7 +33,7 @@ enum class NormKind { kReference, kAtenFused, kOurKernel, kOurFusedResidual };
 enum class RopeKind { kReference, kCachedTables, kOurKernel, kOurKernelOnQkv, kInOurAttention };
 // kOurFlashSharedMemory: the first generation of our kernel, kept for kernel_bench's step-by-step table; no stage
 // uses it. kOurFlashRegisterTiles: the second generation (mma.sync, bf16/fp16 on NVIDIA), which kOurFlash runs
-// except where the Hopper generation's forward applies; kept selectable for kernel_bench's table.
+// except where the Hopper generation applies; kept selectable for kernel_bench's table.
 enum class AttentionKind { kMaskedMatmul, kSdpa, kOurFlash, kOurFlashSharedMemory, kOurFlashRegisterTiles };
 enum class ActivationKind { kReference, kOurKernel, kOurKernelStrided };
 // kOurFusedLinear: the output head's GEMM and our loss kernels chunk by chunk (tt::ops::linear_cross_entropy).

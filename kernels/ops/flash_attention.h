@@ -33,8 +33,8 @@ torch::Tensor flash_attention_rope(const torch::Tensor& q, const torch::Tensor& 
 torch::Tensor flash_attention_rope_qkv(const torch::Tensor& qkv, int64_t q_heads, int64_t kv_heads,
                                        const torch::Tensor& cos, const torch::Tensor& sin);
 
-// Which kernel generation runs (kernels/flash_attention.cuh). The default: the Hopper generation's forward (TMA
-// and wgmma) with the register tiles' backward where it applies (bf16/fp16, head_dim 64 or 128, no RoPE in the
+// Which kernel generation runs (kernels/flash_attention.cuh). The default: the Hopper generation (TMA and wgmma,
+// forward and backward) where it applies (bf16/fp16, head_dim 64 or 128, no RoPE in the
 // load, an sm_90 GPU with an sm_90a build, no broadcast input with a zero stride) and the sequence is longer than
 // 128 positions (kHopperDefaultMinSeq in the .cpp: slower at 128, faster from 512, between not measured), else the
 // register tiles where they exist (bf16/fp16 on NVIDIA), else the shared-memory tiles. Each generation stays
