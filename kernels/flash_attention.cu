@@ -457,7 +457,7 @@ FlashKernel default_flash_kernel(DType dtype) {
 
 bool flash_kernel_available(FlashKernel kernel, DType dtype) {
   if (kernel == FlashKernel::kSharedMemoryTiles) return true;
-  if (kernel == FlashKernel::kHopper) return dtype != DType::kFloat32 && hopper_flash_forward_present();
+  if (kernel == FlashKernel::kHopper) return dtype != DType::kFloat32 && hopper_flash_present();
 #if defined(TT_MMA_SYNC)
   return dtype != DType::kFloat32;
 #else

@@ -113,11 +113,11 @@ LaunchStatus flash_attention_forward_tiled(const FlashForwardParams& params, DTy
 LaunchStatus flash_attention_backward_tiled(const FlashBackwardParams& params, DType dtype, void* stream);
 
 // The Hopper generation (flash_attention_hopper.cu), which the two entry points above dispatch to; it refuses
-// RoPE and head dims other than 64 and 128. hopper_flash_forward_present: the current GPU is sm_90 and this build
+// RoPE and head dims other than 64 and 128. hopper_flash_present: the current GPU is sm_90 and this build
 // has the kernels' sm_90a code.
 LaunchStatus flash_attention_forward_hopper(const FlashForwardParams& params, DType dtype, void* stream);
 LaunchStatus flash_attention_backward_hopper(const FlashBackwardParams& params, DType dtype, void* stream);
-bool hopper_flash_forward_present();
+bool hopper_flash_present();
 
 #if defined(__CUDACC__) || defined(__HIP__)
 // =================================================================================================

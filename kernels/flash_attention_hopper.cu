@@ -2,9 +2,10 @@
 // 2024): the forward with warp specialisation and its pipeline within a warpgroup; the backward (at the end of this
 // file) as FlashAttention-2's two deterministic kernels, on the same machinery.
 //
-// A block is one producer warpgroup and two consumer warpgroups of 64 query rows (head_dim 128; three for
-// head_dim 64, 192 queries). The grid is persistent: one block per SM, each looping over work items (a query
-// block of one head and batch entry), the longest first.
+// The forward (the backward's shape is described where it begins): a block is one producer warpgroup and two
+// consumer warpgroups of 64 query rows (head_dim 128; three for head_dim 64, 192 queries). The grid is
+// persistent: one block per SM, each looping over work items (a query block of one head and batch entry), the
+// longest first.
 //  * the producer (warpgroup 0; one thread issues) copies an item's Q tile once and then each key tile's K and V
 //    into a ring of kStages shared-memory slots by TMA, waiting for a slot to be empty before refilling it, and
 //    runs ahead into the next item while the consumers finish this one. It needs few registers and gives them to
@@ -19,7 +20,7 @@
 //
 // The log-sum-exp it writes is the register generation's, so either generation's backward serves it.
 // bf16 and fp16, head_dim 64 and 128, no RoPE in the load. NVIDIA sm_90a only: other device targets compile the
-// kernel to a trap, and hopper_flash_forward_present says no unless this build has sm_90a code.
+// kernels to a trap, and hopper_flash_present says no unless this build has sm_90a code.
 #include <algorithm>
 #include <atomic>
 #include <limits>
@@ -70,8 +71,9 @@ struct HopperForwardShape {
 };
 
 #if defined(TT_HOPPER_DEVICE)
-// The persistent grid's work item `work`, in the order a launched grid takes its blocks (query_block): the latest,
-// longest query blocks of every head and batch entry first, so that the short ones fill the tail.
+// Query-block work item `work` (the forward's persistent grid, the dQ kernel's launched one), in the order a
+// launched grid takes its blocks (query_block): the latest, longest query blocks of every head and batch entry
+// first, so that the short ones fill the tail.
 struct WorkItem {
   int q0;
   int head, batch, kv_head;
@@ -266,10 +268,14 @@ __global__ void __launch_bounds__(HopperForwardShape<kD>::kThreads, 1)
 #endif  // TT_HOPPER_DEVICE
 }
 
+constexpr const char* kTooManyItems =
+    "the Hopper flash attention kernels count their work items in 32 bits: batch x heads x row blocks is too many";
+
 template <typename T, int kD>
 LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream) {
   using Shape = HopperForwardShape<kD>;
   constexpr bool kBf16 = std::is_same_v<T, bf16>;
+  if (const char* e = hopper::bind_device_context()) return {e};
   CUtensorMap q_map, k_map, v_map;
   if (const char* e = hopper::encode_tensor_map(&q_map, p.q, kBf16, p.batch, p.q_heads, p.seq, kD, p.q_strides.batch,
                                                 p.q_strides.head, p.q_strides.seq, Shape::kBlockM))
@@ -288,8 +294,7 @@ LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream)
   if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
     return last_launch_status();
   const int64_t items = static_cast<int64_t>(blocks_for(p.seq, Shape::kBlockM)) * p.q_heads * p.batch;
-  if (items > std::numeric_limits<int>::max())
-    return {"the Hopper flash attention kernel counts its work items in 32 bits: batch x heads x query blocks is too many"};
+  if (items > std::numeric_limits<int>::max()) return {kTooManyItems};
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(items, sms));
   kernel<<<grid, Shape::kThreads, Shape::kBytes, stream>>>(q_map, k_map, v_map, p);
   return last_launch_status();
@@ -330,16 +335,19 @@ __device__ __forceinline__ void tma_load_rows(unsigned char* tile, const CUtenso
 }
 #endif
 
-// Both kernels' shape: kResident rows of two operands held for the whole block (Q and dO, or K and V), and
-// tiles of kStreamed rows of two others streamed through kStages ring slots. kStats: the streamed rows' lse and
+// Both kernels' shape: kResidentRows rows of two operands held for the whole block (Q and dO, or K and V), and
+// tiles of kStreamedRows rows of two others streamed through kStages ring slots. kStats: the streamed rows' lse and
 // delta come with them (dK/dV). Then the staging rows of the output and the barriers.
-template <int kD, int kResidentRows, int kStreamedRows, bool kStats>
+template <int kD, int kResident, int kStreamed, bool kStats>
 struct HopperBackwardShape {
+  static constexpr int kResidentRows = kResident;
+  static constexpr int kStreamedRows = kStreamed;
   static constexpr int kConsumers = 2;
   static_assert(kResidentRows == hopper::kWarpgroupRows * kConsumers, "a consumer warpgroup per 64 resident rows");
   static constexpr int kStages = 2;
   static constexpr int kThreads = (1 + kConsumers) * hopper::kWarpgroupThreads;
-  // The statistics warp's loop needs more than the bare TMA thread's 24 registers (it spilled there).
+  // The statistics warp's loop needs more than the bare TMA thread's 24 registers (it spilled there); the
+  // consumers take the rest of the block's allocation (40 + 2 x 232 = 504 = 3 x 168 per thread).
   static constexpr int kProducerRegisters = kStats ? 40 : 24;
   static constexpr int kConsumerRegisters = kStats ? 232 : 240;
   static_assert((kProducerRegisters + kConsumers * kConsumerRegisters) * hopper::kWarpgroupThreads <=
@@ -363,9 +371,9 @@ struct HopperBackwardShape {
                 "tiles are copied in whole boxes");
 };
 template <int kD>
-using HopperBackwardQShape = HopperBackwardShape<kD, 128, 64, false>;  // 128 queries; tiles of 64 keys
+using HopperBackwardQShape = HopperBackwardShape<kD, 128, kBackwardBoxRows, false>;  // 128 queries; 64-key tiles
 template <int kD>
-using HopperBackwardKvShape = HopperBackwardShape<kD, 128, 64, true>;  // 128 keys; tiles of 64 queries
+using HopperBackwardKvShape = HopperBackwardShape<kD, 128, kBackwardBoxRows, true>;  // 128 keys; 64-query tiles
 
 #if defined(TT_HOPPER_DEVICE)
 // The barriers and tiles of a HopperBackwardShape block in its (1024-byte aligned) shared memory.
@@ -376,9 +384,11 @@ struct BackwardBlock {
   __device__ unsigned char* resident_b() const { return smem + Shape::kResidentB; }
   __device__ unsigned char* stream_a(int slot) const { return smem + Shape::kStreamA + slot * Shape::kTileBytes; }
   __device__ unsigned char* stream_b(int slot) const { return smem + Shape::kStreamB + slot * Shape::kTileBytes; }
-  __device__ float* stats(int slot) const {
+  // A streamed tile's statistics (dK/dV): lse of its kStreamedRows rows, then delta.
+  __device__ float* lse(int slot) const {
     return reinterpret_cast<float*>(smem + Shape::kStreamStats + slot * Shape::kStatsBytes);
   }
+  __device__ float* delta(int slot) const { return lse(slot) + Shape::kStreamedRows; }
   __device__ uint64_t* resident_full() const { return reinterpret_cast<uint64_t*>(smem + Shape::kBarriers); }
   __device__ uint64_t* full(int slot) const { return resident_full() + 1 + slot; }
   __device__ uint64_t* empty(int slot) const { return resident_full() + 1 + Shape::kStages + slot; }
@@ -445,8 +455,8 @@ __global__ void __launch_bounds__(HopperBackwardQShape<kD>::kThreads, 1)
   using namespace hopper;
   using Shape = HopperBackwardQShape<kD>;
   using Block = BackwardBlock<Shape>;
-  constexpr int kBlockM = kWarpgroupRows * Shape::kConsumers;  // queries
-  constexpr int kBlockN = kBackwardBoxRows;                    // keys per streamed tile
+  constexpr int kBlockM = Shape::kResidentRows;  // queries
+  constexpr int kBlockN = Shape::kStreamedRows;  // keys per streamed tile
   extern __shared__ unsigned char smem_unaligned[];
   const Block block = Block::start(smem_unaligned);
   const int seq = static_cast<int>(p.seq);
@@ -493,6 +503,8 @@ __global__ void __launch_bounds__(HopperBackwardQShape<kD>::kThreads, 1)
     float dp[kBlockN / 8][4];
     scores_and_gradients<T, kD, kBlockM, kBlockN>(s, dp, my_q, block.stream_a(slot), my_grad_out,
                                                    block.stream_b(slot));  // S = Q K^T, dP = dO V^T
+    // Masked where a key may lie after a query or past the end. Query rows past the end need no mask: their Q and dO
+    // rows are zeros and their lse and delta 0, so dS is 0 there, and they are never stored.
     const bool masked = k0 + kBlockN - 1 > warp_q0 || k0 + kBlockN > seq;
     score_gradients<kBlockN>(s, dp, rows, k0, warp_q0, seq, scale_log2, masked);  // dS = P * (dP - delta)
     uint32_t ds[kBlockN / 16][4];
@@ -532,8 +544,8 @@ __global__ void __launch_bounds__(HopperBackwardKvShape<kD>::kThreads, 1)
   using namespace hopper;
   using Shape = HopperBackwardKvShape<kD>;
   using Block = BackwardBlock<Shape>;
-  constexpr int kBlockN = kWarpgroupRows * Shape::kConsumers;  // keys
-  constexpr int kBlockM = kBackwardBoxRows;                    // queries per streamed tile
+  constexpr int kBlockN = Shape::kResidentRows;  // keys
+  constexpr int kBlockM = Shape::kStreamedRows;  // queries per streamed tile
   extern __shared__ unsigned char smem_unaligned[];
   const Block block = Block::start(smem_unaligned);
   const int seq = static_cast<int>(p.seq);
@@ -566,11 +578,12 @@ __global__ void __launch_bounds__(HopperBackwardKvShape<kD>::kThreads, 1)
         const int slot = Block::slot_of(i);
         barrier_wait(block.empty(slot), Block::round_parity(i) ^ 1);
         const int64_t stats = (static_cast<int64_t>(batch) * p.q_heads + head_of(i)) * p.seq;
-        float* lse = block.stats(slot);
+        float* lse = block.lse(slot);
+        float* delta = block.delta(slot);
         for (int r = lane(); r < kBlockM; r += kMmaLanes) {
           const int query = q0_of(i) + r;
           lse[r] = query < seq ? p.lse[stats + query] : 0.0f;
-          lse[kBlockM + r] = query < seq ? p.delta[stats + query] : 0.0f;
+          delta[r] = query < seq ? p.delta[stats + query] : 0.0f;
         }
         barrier_arrive(block.full(slot));  // releases the writes to the consumers that wait on the phase
       }
@@ -601,8 +614,8 @@ __global__ void __launch_bounds__(HopperBackwardKvShape<kD>::kThreads, 1)
     scores_and_gradients<T, kD, kBlockN, kBlockM>(s, dp, my_k, block.stream_a(slot), my_v,
                                                    block.stream_b(slot));  // S^T = K Q^T, dP^T = V dO^T
     const bool masked = q0 < warp_k0 + kWarpRows - 1 || q0 + kBlockM > seq;
-    const float* lse = block.stats(slot);
-    score_gradients_transposed<kBlockM>(s, dp, lse, lse + kBlockM, q0, warp_k0, seq, scale_log2, masked);
+    score_gradients_transposed<kBlockM>(s, dp, block.lse(slot), block.delta(slot), q0, warp_k0, seq, scale_log2,
+                                        masked);
     uint32_t probs[kBlockM / 16][4];
     uint32_t ds[kBlockM / 16][4];
     to_a_fragments<T, kBlockM>(probs, s);
@@ -642,8 +655,7 @@ __global__ void __launch_bounds__(HopperBackwardKvShape<kD>::kThreads, 1)
 template <typename Kernel>
 LaunchStatus launch_backward(Kernel* kernel, int64_t items, int threads, int bytes, const CUtensorMap (&maps)[4],
                              const FlashBackwardParams& p, gpuStream_t stream) {
-  if (items > std::numeric_limits<int>::max())
-    return {"the Hopper flash attention kernels count their work items in 32 bits: batch x heads x blocks is too many"};
+  if (items > std::numeric_limits<int>::max()) return {kTooManyItems};
   const LaunchStatus status = allow_dynamic_shared_memory(kernel, bytes);
   if (!status.ok()) return status;
   kernel<<<static_cast<unsigned>(items), threads, bytes, stream>>>(maps[0], maps[1], maps[2], maps[3], p);
@@ -654,6 +666,7 @@ LaunchStatus launch_backward(Kernel* kernel, int64_t items, int threads, int byt
 template <typename T, int kD>
 LaunchStatus hopper_backward_for(const FlashBackwardParams& p, gpuStream_t stream) {
   constexpr bool kBf16 = std::is_same_v<T, bf16>;
+  if (const char* e = hopper::bind_device_context()) return {e};
   CUtensorMap maps[4];  // q, k, v, grad_out
   const void* bases[4] = {p.q, p.k, p.v, p.grad_out};
   const FlashStrides strides[4] = {p.q_strides, p.k_strides, p.v_strides, p.grad_out_strides};
@@ -664,22 +677,22 @@ LaunchStatus hopper_backward_for(const FlashBackwardParams& p, gpuStream_t strea
       return {e};
   }
   using Q = HopperBackwardQShape<kD>;
-  const LaunchStatus status =
-      launch_backward(flash_backward_q_hopper_kernel<T, kD>, static_cast<int64_t>(blocks_for(p.seq, 128)) * p.q_heads * p.batch,
-                      Q::kThreads, Q::kBytes, maps, p, stream);
+  const LaunchStatus status = launch_backward(flash_backward_q_hopper_kernel<T, kD>,
+                                             static_cast<int64_t>(blocks_for(p.seq, Q::kResidentRows)) * p.q_heads * p.batch,
+                                             Q::kThreads, Q::kBytes, maps, p, stream);
   if (!status.ok()) return status;
   using Kv = HopperBackwardKvShape<kD>;
   return launch_backward(flash_backward_kv_hopper_kernel<T, kD>,
-                         static_cast<int64_t>(blocks_for(p.seq, 128)) * p.kv_heads * p.batch, Kv::kThreads,
+                         static_cast<int64_t>(blocks_for(p.seq, Kv::kResidentRows)) * p.kv_heads * p.batch, Kv::kThreads,
                          Kv::kBytes, maps, p, stream);
 }
 
 }  // namespace
 
-bool hopper_flash_forward_present() {
+bool hopper_flash_present() {
 #if defined(TT_SM90A_IN_BUILD)
-  // This build has the kernel's sm_90a code (CMake: TORCH_CUDA_ARCH_LIST names 9.0a); the current GPU must be an
-  // sm_90 one, which is where the runtime loads that code. Remembered per device.
+  // This build has the kernels' sm_90a code (CMake: TORCH_CUDA_ARCH_LIST names 9.0a); the current GPU must be an
+  // sm_90 one, which is where the runtime loads that code (the forward kernel stands for all). Remembered per device.
   constexpr int kDevices = 64;
   static std::atomic<int> known[kDevices] = {};  // 0 unknown, 1 yes, 2 no
   int device = 0;
@@ -704,39 +717,51 @@ bool hopper_flash_forward_present() {
 #endif
 }
 
-LaunchStatus flash_attention_forward_hopper(const FlashForwardParams& params, DType dtype, void* stream) {
-  if (!hopper_flash_forward_present()) return {"the Hopper flash attention kernels need an sm_90 GPU and an sm_90a build"};
-  if (params.rope_cos != nullptr) return {"the Hopper flash attention kernels take no RoPE"};
-  if (dtype != DType::kBFloat16 && dtype != DType::kFloat16) return {"the Hopper flash attention kernels take bf16 or fp16"};
+namespace {
+
+// The refusals both entry points share (nullptr: the kernels apply), checked before the empty-input shortcut.
+// Positions are counted in 32 bits inside the kernels (a tile's end, the number of blocks), hence the bound on seq.
+template <typename Params>
+const char* hopper_refusal(const Params& params, DType dtype) {
+  if (!hopper_flash_present()) return "the Hopper flash attention kernels need an sm_90 GPU and an sm_90a build";
+  if (params.rope_cos != nullptr) return "the Hopper flash attention kernels take no RoPE";
+  if (dtype != DType::kBFloat16 && dtype != DType::kFloat16) return "the Hopper flash attention kernels take bf16 or fp16";
   if (params.head_dim != 64 && params.head_dim != 128)
-    return {"the Hopper flash attention kernels exist for head_dim 64 and 128 only"};
-  if (params.batch == 0 || params.q_heads == 0 || params.seq == 0) return {};
-  const auto s = static_cast<gpuStream_t>(stream);
+    return "the Hopper flash attention kernels exist for head_dim 64 and 128 only";
+  if (params.seq > (int64_t{1} << 30)) return "the Hopper flash attention kernels take at most 2^30 positions";
+  return nullptr;
+}
+
+// Calls launch(element, head_dim) with a T{} and a std::integral_constant for the checked dtype and head_dim.
+template <typename Launch>
+LaunchStatus dispatch_hopper(DType dtype, int64_t head_dim, Launch&& launch) {
   const bool bf = dtype == DType::kBFloat16;
-  switch (params.head_dim) {
-    case 64: return bf ? hopper_forward_for<bf16, 64>(params, s) : hopper_forward_for<fp16, 64>(params, s);
-    case 128: return bf ? hopper_forward_for<bf16, 128>(params, s) : hopper_forward_for<fp16, 128>(params, s);
-    default: return {"the Hopper flash attention kernels exist for head_dim 64 and 128 only"};
-  }
+  if (head_dim == 64)
+    return bf ? launch(bf16{}, std::integral_constant<int, 64>{}) : launch(fp16{}, std::integral_constant<int, 64>{});
+  return bf ? launch(bf16{}, std::integral_constant<int, 128>{}) : launch(fp16{}, std::integral_constant<int, 128>{});
+}
+
+}  // namespace
+
+LaunchStatus flash_attention_forward_hopper(const FlashForwardParams& params, DType dtype, void* stream) {
+  if (const char* refusal = hopper_refusal(params, dtype)) return {refusal};
+  if (params.batch == 0 || params.q_heads == 0 || params.seq == 0) return {};
+  return dispatch_hopper(dtype, params.head_dim, [&](auto element, auto head_dim) {
+    return hopper_forward_for<decltype(element), decltype(head_dim)::value>(params, static_cast<gpuStream_t>(stream));
+  });
 }
 
 LaunchStatus flash_attention_backward_hopper(const FlashBackwardParams& params, DType dtype, void* stream) {
-  if (!hopper_flash_forward_present()) return {"the Hopper flash attention kernels need an sm_90 GPU and an sm_90a build"};
-  if (params.rope_cos != nullptr) return {"the Hopper flash attention kernels take no RoPE"};
-  if (dtype != DType::kBFloat16 && dtype != DType::kFloat16) return {"the Hopper flash attention kernels take bf16 or fp16"};
+  if (const char* refusal = hopper_refusal(params, dtype)) return {refusal};
   if (params.batch == 0 || params.q_heads == 0 || params.seq == 0) return {};
-  const auto s = static_cast<gpuStream_t>(stream);
-  const bool bf = dtype == DType::kBFloat16;
-  switch (params.head_dim) {
-    case 64: return bf ? hopper_backward_for<bf16, 64>(params, s) : hopper_backward_for<fp16, 64>(params, s);
-    case 128: return bf ? hopper_backward_for<bf16, 128>(params, s) : hopper_backward_for<fp16, 128>(params, s);
-    default: return {"the Hopper flash attention kernels exist for head_dim 64 and 128 only"};
-  }
+  return dispatch_hopper(dtype, params.head_dim, [&](auto element, auto head_dim) {
+    return hopper_backward_for<decltype(element), decltype(head_dim)::value>(params, static_cast<gpuStream_t>(stream));
+  });
 }
 
 #else  // AMD: the Hopper generation does not exist.
 
-bool hopper_flash_forward_present() { return false; }
+bool hopper_flash_present() { return false; }
 
 LaunchStatus flash_attention_forward_hopper(const FlashForwardParams&, DType, void*) {
   return {"the Hopper flash attention kernels exist on NVIDIA sm_90a only"};

@@ -61,10 +61,29 @@ constexpr int panel_tile_bytes(int rows, int cols) { return rows * cols * 2; }
 // Host: TMA tensor maps
 // ---------------------------------------------------------------------------------------------
 
+// The encoder below is a driver call and needs the device's context current on the calling thread, which the
+// runtime binds only on its first call there that needs one. Autograd runs the backward on a thread of its own,
+// where that may not have happened yet (the encoder then failed with CUresult 201, invalid context), and c10's
+// device guard skips cudaSetDevice when the device is already the current one. cudaSetDevice binds the current
+// device's primary context (CUDA 12+); it is not a stream operation, so capture does not forbid it. A launcher calls
+// this once before encoding its maps. Returns what went wrong, or nullptr (a message stays valid until the next
+// failure on this thread).
+inline const char* bind_device_context() {
+  int device = 0;
+  const cudaError_t error = cudaGetDevice(&device) == cudaSuccess ? cudaSetDevice(device) : cudaGetLastError();
+  if (error == cudaSuccess) return nullptr;
+  (void)cudaGetLastError();  // not left for a later launch's check to report as its own
+  thread_local std::string message;
+  message = std::string("binding the device's context before encoding TMA tensor maps failed: ") +
+            cudaGetErrorString(error);
+  return message.c_str();
+}
+
 // A tensor map over one [B, H, S, D] operand given by element strides (FlashStrides' batch, head, seq; D
 // contiguous), read in boxes of `box_rows` sequence rows x 64 columns of one head, 128-byte swizzled. Rows past
-// the sequence's end read as zeros. Returns what went wrong (the driver refuses strides that are not multiples of
-// 16 bytes, say), or nullptr on success.
+// the sequence's end read as zeros. Needs the device's context bound (bind_device_context). Returns what went
+// wrong (the driver refuses strides that are not multiples of 16 bytes, say; a message stays valid until the next
+// failure on this thread), or nullptr on success.
 inline const char* encode_tensor_map(CUtensorMap* map, const void* base, bool bf16, int64_t batch, int64_t heads,
                                      int64_t seq, int64_t head_dim, int64_t batch_stride, int64_t head_stride,
                                      int64_t seq_stride, int box_rows) {
@@ -79,13 +98,6 @@ inline const char* encode_tensor_map(CUtensorMap* map, const void* base, bool bf
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
   if (encode == nullptr) return "cuTensorMapEncodeTiled is not available from the CUDA driver";
-  // The encoder is a driver call and needs the device's context current on this thread, which the runtime binds
-  // only on its first call here that needs one. Autograd's backward thread may have made none yet (the encoder
-  // then failed with CUresult 201, invalid context), and c10's device guard skips cudaSetDevice when the device
-  // is already the current one; cudaSetDevice binds the primary context (CUDA 12+) and is allowed under capture.
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || cudaSetDevice(device) != cudaSuccess)
-    return "cudaSetDevice failed before encoding a TMA tensor map";
   constexpr int64_t kBytes = 2;  // bf16 and fp16
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(seq),
                               static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
@@ -100,15 +112,14 @@ inline const char* encode_tensor_map(CUtensorMap* map, const void* base, bool bf
                                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                  CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result == CUDA_SUCCESS) return nullptr;
-  // What the driver was given, for the message (kept per thread until its next failure).
+  // What the driver was given, for the message.
   thread_local std::string message;
   message = "cuTensorMapEncodeTiled refused a [B, H, S, D] operand (CUresult " + std::to_string(result) +
             "; dims D, S, H, B = " + std::to_string(head_dim) + ", " + std::to_string(seq) + ", " +
             std::to_string(heads) + ", " + std::to_string(batch) + "; byte strides S, H, B = " +
             std::to_string(strides[0]) + ", " + std::to_string(strides[1]) + ", " + std::to_string(strides[2]) +
-            "; address % 16 = " + std::to_string(reinterpret_cast<uintptr_t>(base) % 16) + ", map % 64 = " +
-            std::to_string(reinterpret_cast<uintptr_t>(map) % 64) +
-            "; the pointer and strides must be multiples of 16 bytes, the map 64-byte aligned)";
+            "; address % 16 = " + std::to_string(reinterpret_cast<uintptr_t>(base) % 16) +
+            "; the pointer and strides must be multiples of 16 bytes)";
   return message.c_str();
 }
 

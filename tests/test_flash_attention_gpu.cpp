@@ -315,9 +315,8 @@ TEST(FlashAttentionGpu, SharedMemoryTilesStillMatchTheReference) {
 // reference over both dtypes and head dims, grouped-query ratios 1 to 8, lengths that end inside a 64-row
 // warpgroup, a 64-row streamed tile, a 128- or 192-row block and a 128-key tile, long ones (many tiles, both ring
 // slots reused), several batch entries, and the fused-QKV views v4 passes ([B, S, H, D] strides, read by the
-// tensor maps as they are). Then bitwise reproducibility of all four results, a gradient that arrives expanded
-// (stride 0, as .sum() gives; copied contiguous for the tensor map) against the same gradient materialised, and
-// the refusals. Skips where the kernels do not run.
+// tensor maps as they are). Then bitwise reproducibility of all four results, incoming gradients with zero
+// strides against the same gradients materialised, and the refusals. Skips where the kernels do not run.
 TEST(FlashAttentionGpu, HopperMatchesTheReference) {
   TT_REQUIRE_GPU();
   if (!tt::ops::flash_attention_kernel_applies(tt::ops::FlashAttentionKernel::kHopper, torch::kBFloat16, 64))
@@ -343,16 +342,26 @@ TEST(FlashAttentionGpu, HopperMatchesTheReference) {
   for (const int64_t head_dim : {64, 128})
     expect_bitwise_repeatable(hopper, random_inputs({2, 8, 2, 1000, head_dim}, torch::kBFloat16), "Hopper");
 
+  // Incoming gradients with zero strides against the same values materialised: every stride 0 (from .sum(); the op
+  // copies it for every generation) and broadcast over the batch (an expand(); copied for the tensor map only).
   const auto in = random_inputs({2, 8, 2, 300, 64}, torch::kBFloat16);
-  std::vector<std::vector<torch::Tensor>> grads;
-  for (const bool expanded : {true, false}) {
-    auto q = leaf(in.q), k = leaf(in.k), v = leaf(in.v);
-    const auto out = hopper(q, k, v);
-    grads.push_back(expanded ? grads_of({out.sum()}, {q, k, v}, {torch::ones({}, gpu()).to(torch::kBFloat16)})
-                             : grads_of({out}, {q, k, v}, {torch::ones_like(out)}));
+  const auto broadcast = torch::randn({1, 8, 300, 64}, gpu()).to(torch::kBFloat16).expand({2, 8, 300, 64});
+  for (const bool from_sum : {true, false}) {
+    std::vector<std::vector<torch::Tensor>> grads;
+    for (const bool materialised : {false, true}) {
+      auto q = leaf(in.q), k = leaf(in.k), v = leaf(in.v);
+      const auto out = hopper(q, k, v);
+      if (from_sum)
+        grads.push_back(materialised ? grads_of({out}, {q, k, v}, {torch::ones_like(out)})
+                                     : grads_of({out.sum()}, {q, k, v}, {torch::ones({}, gpu()).to(torch::kBFloat16)}));
+      else
+        grads.push_back(grads_of({out}, {q, k, v}, {materialised ? broadcast.contiguous() : broadcast}));
+    }
+    for (int i = 0; i < 3; ++i)
+      EXPECT_TRUE(torch::equal(grads[0][i], grads[1][i]))
+          << "Hopper backward, " << (from_sum ? "gradient of a sum" : "gradient broadcast over the batch")
+          << ": input " << i;
   }
-  for (int i = 0; i < 3; ++i)
-    EXPECT_TRUE(torch::equal(grads[0][i], grads[1][i])) << "Hopper backward, expanded gradient: input " << i;
 
   auto fp32 = random_inputs({1, 2, 2, 64, 64}, torch::kFloat32);
   expect_error([&] { hopper(fp32.q, fp32.k, fp32.v); }, "the Hopper kernel runs bf16/fp16 with head_dim 64 or 128");

@@ -173,6 +173,12 @@ bool tma_tested_layout(const torch::Tensor& t) {
   return true;
 }
 
+// `t` (kernel-ready) as the Hopper kernels read it: itself, or a contiguous copy of a broadcast view. The default
+// never sends those to the Hopper kernels (kernel_for); a caller naming the Hopper generation, or an incoming
+// gradient that is broadcast over the batch or heads (an expand(), or a reduction's gradient over some dims), gets
+// the copy.
+torch::Tensor tma_ready(const torch::Tensor& t) { return tma_tested_layout(t) ? t : t.contiguous(); }
+
 // The kernel generation that runs a call on kernel-ready q, k, v (FlashAttentionKernel's comment says which is the
 // default).
 kernels::FlashKernel kernel_for(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool rope,
@@ -254,9 +260,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward_gpu(const torch
   c10::DeviceGuard guard(q.device());
   // Gradients may arrive in another layout (an expanded scalar from .sum(), say) or dtype.
   auto grad = kernel_ready(grad_out.to(q.scalar_type()));
-  // The Hopper backward reads dO through a tensor map, never tried on a zero stride (an expanded gradient, as
-  // .sum() gives, is one): such a gradient is copied contiguous for it.
-  if (kernel == kernels::FlashKernel::kHopper && !tma_tested_layout(grad)) grad = grad.contiguous();
+  if (kernel == kernels::FlashKernel::kHopper) grad = tma_ready(grad);
   if (!grad_q.defined()) grad_q = empty_bshd_as(q);
   if (!grad_k.defined()) grad_k = empty_bshd_as(k);
   if (!grad_v.defined()) grad_v = empty_bshd_as(v);
@@ -324,6 +328,11 @@ struct FlashAttentionFunction : torch::autograd::Function<FlashAttentionFunction
       TORCH_CHECK(choice != FlashAttentionKernel::kHopper || !cos.has_value(),
                   "tt::ops::flash_attention: the Hopper kernel takes no RoPE in the load");
       const auto generation = kernel_for(q_saved, k_saved, v_saved, cos.has_value(), choice);
+      if (generation == kernels::FlashKernel::kHopper) {  // saved so, the backward reads the same tensors
+        q_saved = tma_ready(q_saved);
+        k_saved = tma_ready(k_saved);
+        v_saved = tma_ready(v_saved);
+      }
       auto result = forward_gpu(q_saved, k_saved, v_saved, generation, cos.value_or(torch::Tensor()),
                                 sin.value_or(torch::Tensor()));
       out = result.out;
