@@ -9,8 +9,9 @@
 //  * shared-memory tiles (flash_attention_tiled.cu): every score tile goes through shared memory in fp32,
 //    vendor-neutral (WMMA, MFMA or FMA units); fp32 everywhere, and every dtype on AMD;
 //  * Hopper (flash_attention_hopper.cu): after FlashAttention-3, TMA loads by a producer warpgroup and wgmma
-//    products by two or three consumer warpgroups; a persistent forward, and the register generation's two-kernel
-//    backward on wgmma; bf16/fp16, head_dim 64 and 128, no RoPE, NVIDIA sm_90a builds on sm_90 GPUs.
+//    products by two or three consumer warpgroups; a persistent forward, and a deterministic backward on wgmma
+//    (one fused kernel at head_dim 64, dQ summed over key blocks in a fixed order; the register generation's two
+//    kernels at 128); bf16/fp16, head_dim 64 and 128, no RoPE, NVIDIA sm_90a builds on sm_90 GPUs.
 #pragma once
 
 #include <cstdint>
@@ -75,6 +76,11 @@ struct FlashBackwardParams {
   FlashStrides grad_k_strides;
   FlashStrides grad_v_strides;
   float* delta;  // [batch, q_heads, seq] scratch, contiguous: rowsum(grad_out * out)
+  // The Hopper generation's scratch (nullptr for the others): dQ summed over key blocks in fp32, [batch, q_heads,
+  // seq, head_dim] contiguous, and a turn counter per 64-query tile, [batch, q_heads, ceil(seq / 64)] contiguous
+  // (its first kernel zeroes them).
+  float* grad_q_accum;
+  int* grad_q_turns;
   int64_t batch;
   int64_t q_heads;
   int64_t kv_heads;
@@ -103,7 +109,8 @@ bool flash_kernel_available(FlashKernel kernel, DType dtype);
 LaunchStatus flash_attention_forward(const FlashForwardParams& params, DType dtype, void* stream,
                                      FlashKernel kernel);
 
-// Writes grad_q, grad_k and grad_v (FlashAttention-2's two-kernel scheme, no atomics): bitwise reproducible.
+// Writes grad_q, grad_k and grad_v, bitwise reproducible: FlashAttention-2's two-kernel scheme, no atomics (the
+// Hopper generation at head_dim 64: one kernel, dQ's sums added in a fixed order).
 LaunchStatus flash_attention_backward(const FlashBackwardParams& params, DType dtype, void* stream,
                                       FlashKernel kernel);
 
@@ -118,6 +125,9 @@ LaunchStatus flash_attention_backward_tiled(const FlashBackwardParams& params, D
 LaunchStatus flash_attention_forward_hopper(const FlashForwardParams& params, DType dtype, void* stream);
 LaunchStatus flash_attention_backward_hopper(const FlashBackwardParams& params, DType dtype, void* stream);
 bool hopper_flash_present();
+// Whether the Hopper backward at this head_dim is the fused kernel (dQ summed over key blocks in turns), which
+// needs FlashBackwardParams' grad_q_accum and grad_q_turns; the other head dims run two kernels without them.
+constexpr bool hopper_backward_fused(int64_t head_dim) { return head_dim == 64; }
 
 #if defined(__CUDACC__) || defined(__HIP__)
 // =================================================================================================

@@ -1,6 +1,7 @@
 // Flash attention, Hopper generation (sm_90a): TMA loads and wgmma products, after FlashAttention-3 (Shah et al.
 // 2024): the forward with warp specialisation and its pipeline within a warpgroup; the backward (at the end of this
-// file) as FlashAttention-2's two deterministic kernels, on the same machinery.
+// file), deterministic, on the same machinery: FlashAttention-3's one kernel of five products per tile pair at
+// head_dim 64, FlashAttention-2's two kernels at 128.
 //
 // The forward (the backward's shape is described where it begins): a block is one producer warpgroup and two
 // consumer warpgroups of 64 query rows (head_dim 128; three for head_dim 64, 192 queries). The grid is
@@ -301,24 +302,31 @@ LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream)
 }
 
 // =================================================================================================
-// Backward: FlashAttention-2's two kernels (as the register generation: nothing summed by atomics, so every
-// gradient is bitwise reproducible), each product a wgmma. Both kernels have one shape: a producer warpgroup
-// that copies by TMA the block's resident rows once and streams the other operand pair through a ring, and two
-// consumer warpgroups of 64 rows each.
-//  * dQ (first; it writes delta = rowsum(dO * O)): resident Q and dO of 128 queries, streamed K and V tiles of
-//    64 keys up to the diagonal. S = Q K^T and dP = dO V^T from shared memory, dS = P * (dP - delta) in
-//    registers, dQ += dS K with dS from registers and K MN-major.
+// Backward, deterministic (nothing summed in an order that varies from run to run, so every gradient is bitwise
+// reproducible), each product a wgmma. Every kernel has one shape: a producer warpgroup that copies by TMA the
+// block's resident rows once and streams the other operand pair through a ring, and two consumer warpgroups of 64
+// rows each.
 //  * dK, dV: resident K and V of 128 keys, streamed Q and dO tiles of 64 queries (every query head of the
-//    grouped-query group, from the diagonal on) with their lse and delta. S^T = K Q^T and dP^T = V dO^T, keys as
-//    rows, so that P^T and dS^T are already the A operands of dV += P^T dO and dK += dS^T Q (dO and Q MN-major:
-//    the tiles loaded K-major for the first two products serve transposed for the last two).
-// Every tile, resident or streamed, is copied in boxes of 64 rows (one set of tensor maps serves both kernels).
+//    grouped-query group, from the last tile down to the diagonal) with their lse and delta. S^T = K Q^T and
+//    dP^T = V dO^T, keys as rows, so that P^T and dS^T are already the A operands of dV += P^T dO and
+//    dK += dS^T Q (dO and Q MN-major: the tiles loaded K-major for the first two products serve transposed for the
+//    last two).
+//  * head_dim 64, the same kernel also makes dQ (FlashAttention-3's five products): dS^T goes to shared memory,
+//    each consumer multiplies its 64 keys' dS by their K, and the block adds the two shares to the query tile's
+//    fp32 dQ sum in its turn (the kernel's comment); a prologue writes delta = rowsum(dO * O) first.
+//  * head_dim 128, dQ has a kernel of its own, run first (it writes delta): resident Q and dO of 128 queries,
+//    streamed K and V tiles of 64 keys up to the diagonal. S = Q K^T and dP = dO V^T again (seven products per
+//    tile pair in all), dS = P * (dP - delta) in registers, dQ += dS K with dS from registers and K MN-major.
+//    FlashAttention-2's scheme, which measured faster there than the fused kernel (hopper_backward_for).
+// Every tile, resident or streamed, is copied in boxes of 64 rows (one set of tensor maps serves every kernel).
 // Each warpgroup runs its products and softmax steps in order; the forward's pipeline within a warpgroup (the next
-// tile's first products issued before this tile's last) was tried here and measured no faster: the two
-// consumers already fill each other's gaps (docs/attention.md).
+// tile's first products issued before this tile's last) was tried in the two kernels and measured no faster: the
+// two consumers already fill each other's gaps (docs/attention.md).
 // =================================================================================================
 
 constexpr int kBackwardBoxRows = 64;
+// Named barriers of the fused backward: 1 + c for consumer warpgroup c alone, this one for both.
+constexpr int kConsumersBarrier = 3;
 
 #if defined(TT_HOPPER_DEVICE)
 // Copies rows [row0, row0 + kRows) of one head of `map` into a tile of 64-column swizzled panels, in boxes of
@@ -337,9 +345,12 @@ __device__ __forceinline__ void tma_load_rows(unsigned char* tile, const CUtenso
 
 // Both kernels' shape: kResidentRows rows of two operands held for the whole block (Q and dO, or K and V), and
 // tiles of kStreamedRows rows of two others streamed through kStages ring slots. kStats: the streamed rows' lse and
-// delta come with them (dK/dV). Then the staging rows of the output and the barriers.
-template <int kD, int kResident, int kStreamed, bool kStats>
+// delta come with them (dK/dV). kGradQ: the block also computes dQ (the fused kernel): dS^T goes through shared
+// memory, and each consumer's dQ share through fp32 rows, which reuse the output's staging rows. Then the staging
+// rows of the output and the barriers.
+template <int kHeadDim, int kResident, int kStreamed, bool kStats, bool kGradQ = false>
 struct HopperBackwardShape {
+  static constexpr int kD = kHeadDim;
   static constexpr int kResidentRows = kResident;
   static constexpr int kStreamedRows = kStreamed;
   static constexpr int kConsumers = 2;
@@ -356,16 +367,25 @@ struct HopperBackwardShape {
   static constexpr int kResidentBytes = hopper::panel_tile_bytes(kResidentRows, kD);  // one of the two
   static constexpr int kTileBytes = hopper::panel_tile_bytes(kStreamedRows, kD);      // one of the two
   static constexpr int kStatsBytes = kStats ? 2 * kStreamedRows * 4 : 0;              // lse, delta
+  // dS^T [resident rows x streamed rows], one swizzled panel; each consumer's dQ share (dS K over its own 64 keys)
+  // [streamed rows x kD] fp32, rows padded by 8 floats so that a warp's fragment stores spread over all banks.
+  static constexpr int kDsBytes = kGradQ ? hopper::panel_tile_bytes(kResidentRows, kStreamedRows) : 0;
+  static constexpr int kGradQPitch = kD + 8;
+  static constexpr int kGradQShareBytes = kStreamedRows * kGradQPitch * 4;
   static constexpr int kResidentA = 0;
   static constexpr int kResidentB = kResidentA + kResidentBytes;
   static constexpr int kStreamA = kResidentB + kResidentBytes;
   static constexpr int kStreamB = kStreamA + kStages * kTileBytes;
   static constexpr int kStreamStats = kStreamB + kStages * kTileBytes;
-  static constexpr int kStaging = kStreamStats + kStages * kStatsBytes;
-  static constexpr int kBarriers = kStaging + tile_bytes<kD>(kResidentRows);
+  static constexpr int kDs = kStreamStats + kStages * kStatsBytes;
+  static constexpr int kStaging = kDs + kDsBytes;
+  static constexpr int kStagingBytes = std::max(tile_bytes<kD>(kResidentRows), kGradQ ? kConsumers * kGradQShareBytes : 0);
+  static constexpr int kBarriers = kStaging + kStagingBytes;
   static constexpr int kBarrierCount = 1 + 2 * kStages;  // resident full; full and empty per slot
   static constexpr int kBytes = kBarriers + 8 * kBarrierCount + 1024;  // + the alignment of the start
-  static_assert(kResidentBytes % 1024 == 0 && kTileBytes % 1024 == 0, "swizzled tiles start 1024-byte aligned");
+  static_assert(kResidentBytes % 1024 == 0 && kTileBytes % 1024 == 0 && kDs % 1024 == 0,
+                "swizzled tiles start 1024-byte aligned");
+  static_assert(!kGradQ || kStreamedRows == hopper::kPanelColumns, "dS^T is one panel wide");
   static_assert(kStaging % 16 == 0 && kBarriers % 8 == 0, "staging rows are 16-byte aligned, barriers 8-byte words");
   static_assert(kResidentRows % kBackwardBoxRows == 0 && kStreamedRows % kBackwardBoxRows == 0,
                 "tiles are copied in whole boxes");
@@ -374,6 +394,8 @@ template <int kD>
 using HopperBackwardQShape = HopperBackwardShape<kD, 128, kBackwardBoxRows, false>;  // 128 queries; 64-key tiles
 template <int kD>
 using HopperBackwardKvShape = HopperBackwardShape<kD, 128, kBackwardBoxRows, true>;  // 128 keys; 64-query tiles
+template <int kD>
+using HopperBackwardFusedShape = HopperBackwardShape<kD, 128, kBackwardBoxRows, true, true>;  // as dK/dV, + dQ
 
 #if defined(TT_HOPPER_DEVICE)
 // The barriers and tiles of a HopperBackwardShape block in its (1024-byte aligned) shared memory.
@@ -389,6 +411,13 @@ struct BackwardBlock {
     return reinterpret_cast<float*>(smem + Shape::kStreamStats + slot * Shape::kStatsBytes);
   }
   __device__ float* delta(int slot) const { return lse(slot) + Shape::kStreamedRows; }
+  // The fused kernel's dS^T (consumer c's 64 rows from consumer * 64) and consumer c's fp32 dQ share.
+  __device__ unsigned char* ds(int consumer) const {
+    return smem + Shape::kDs + consumer * hopper::kWarpgroupRows * hopper::kSwizzleRowBytes;
+  }
+  __device__ float* grad_q_share(int consumer) const {
+    return reinterpret_cast<float*>(smem + Shape::kStaging + consumer * Shape::kGradQShareBytes);
+  }
   __device__ uint64_t* resident_full() const { return reinterpret_cast<uint64_t*>(smem + Shape::kBarriers); }
   __device__ uint64_t* full(int slot) const { return resident_full() + 1 + slot; }
   __device__ uint64_t* empty(int slot) const { return resident_full() + 1 + Shape::kStages + slot; }
@@ -442,6 +471,78 @@ __device__ __forceinline__ void accumulate_product(float (&acc)[kD / 8][4], cons
   using namespace hopper;
 #pragma unroll
   for (int k = 0; k < kK / 16; ++k) wgmma<T, 1>(acc, a[k], mn_major_descriptor(b, kK, k), true);
+}
+// The fused kernel's dQ for one streamed tile, in two steps. Each consumer stores its share (dS K over its own 64
+// keys) as fp32 rows; then all the consumers' threads sum the shares in a fixed order (the first consumer's + the
+// second's) and, when it is this key block's turn, add the sum to the tile's dQ (the kernel's comment says how the
+// turns go).
+template <typename Shape>
+__device__ __forceinline__ void store_grad_q_share(const float (&grad_q)[Shape::kD / 8][4],
+                                                   const BackwardBlock<Shape>& block, int consumer) {
+  using namespace hopper;
+  float* share = block.grad_q_share(consumer);
+  const int warp_row0 = kWarpRows * warp_in_warpgroup();
+#pragma unroll
+  for (int n = 0; n < Shape::kD / 8; ++n)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      *reinterpret_cast<float2*>(share + (warp_row0 + c_row(2 * half)) * Shape::kGradQPitch + c_col(n, 0)) =
+          make_float2(grad_q[n][2 * half], grad_q[n][2 * half + 1]);
+}
+
+template <typename T, typename Shape>
+__device__ __forceinline__ void add_grad_q_shares(const BackwardBlock<Shape>& block, const FlashBackwardParams& p,
+                                                  int batch, int head, int q0, int k0, float scale) {
+  using namespace hopper;
+  constexpr int kD = Shape::kD;
+  constexpr int kRows = Shape::kStreamedRows;  // the tile's queries
+  constexpr int kThreads = Shape::kConsumers * kWarpgroupThreads;
+  constexpr int kBothConsumers = kConsumersBarrier;
+  const int seq = static_cast<int>(p.seq);
+  // The tile's key blocks take turns from block 0 (first) up to its diagonal block (last).
+  const int key_block = k0 / Shape::kResidentRows;
+  const bool first = key_block == 0;
+  const bool last = q0 < k0 + Shape::kResidentRows;
+  int* turn = p.grad_q_turns + (static_cast<int64_t>(batch) * p.q_heads + head) * ((seq + kRows - 1) / kRows) +
+              q0 / kRows;
+  const int thread = static_cast<int>(threadIdx.x) - kWarpgroupThreads;  // among the consumers
+  if (thread == 0 && !first) turn_wait(turn, key_block);
+  named_barrier_sync(kBothConsumers, kThreads);  // every share stored, and the turn is ours
+
+  float* sum = p.grad_q_accum + ((static_cast<int64_t>(batch) * p.q_heads + head) * p.seq + q0) * kD;
+  T* out = head_ptr<T>(p.grad_q, p.grad_q_strides, batch, head);
+  for (int c = thread; c < kRows * kD / 4; c += kThreads) {
+    const int row = c / (kD / 4), col = c % (kD / 4) * 4;
+    if (q0 + row >= seq) break;  // the rest lies past the end too
+    float4 v = *reinterpret_cast<const float4*>(block.grad_q_share(0) + row * Shape::kGradQPitch + col);
+#pragma unroll
+    for (int share = 1; share < Shape::kConsumers; ++share) {
+      const float4 w = *reinterpret_cast<const float4*>(block.grad_q_share(share) + row * Shape::kGradQPitch + col);
+      v = make_float4(v.x + w.x, v.y + w.y, v.z + w.z, v.w + w.w);
+    }
+    float* at = sum + static_cast<int64_t>(row) * kD + col;
+    if (!last) {
+      if (first) {
+        *reinterpret_cast<float4*>(at) = v;
+      } else {
+        reduce_add(at, v);
+      }
+      continue;
+    }
+    if (!first) {
+      const float4 before = __ldcg(reinterpret_cast<const float4*>(at));  // L2's copy: other SMs wrote it
+      v = make_float4(before.x + v.x, before.y + v.y, before.z + v.z, before.w + v.w);
+    }
+    Pack<T, 4> values;
+    values.values[0] = from_float<T>(v.x * scale);
+    values.values[1] = from_float<T>(v.y * scale);
+    values.values[2] = from_float<T>(v.z * scale);
+    values.values[3] = from_float<T>(v.w * scale);
+    store_pack<4>(out + static_cast<int64_t>(q0 + row) * p.grad_q_strides.seq + col, values);
+  }
+  // Every thread's writes are done (and the shares' rows free again); the release covers them all.
+  named_barrier_sync(kBothConsumers, kThreads);
+  if (thread == 0 && !last) turn_pass(turn, key_block + 1);
 }
 #endif
 
@@ -532,17 +633,25 @@ __global__ void __launch_bounds__(HopperBackwardQShape<kD>::kThreads, 1)
 #endif  // TT_HOPPER_DEVICE
 }
 
-// dK and dV. The item of block b: a key block of 128 rows of one key/value head and batch entry, the earliest
-// (longest: it sees every later query) first. Its stream: for each query head of the group, the query tiles from
-// the key block's first key on, in that fixed order.
-template <typename T, int kD>
-__global__ void __launch_bounds__(HopperBackwardKvShape<kD>::kThreads, 1)
+// dK and dV, and with kGradQ dQ too (FlashAttention-3's five products per tile pair). The item of block b: a key
+// block of 128 rows of one key/value head and batch entry, the earliest (the longest: it sees every later query)
+// first, so that short ones fill the tail. Its stream: the query tiles from the last down to the key block's
+// first key, each for every query head of the group, in that fixed order.
+// With dQ: a query tile's dQ sums over every key block up to its diagonal, and the blocks take turns on it (a
+// counter per tile) in key-block order, so that the sum's order, and dQ, are the same on every run: block 0 stores
+// its share, the next ones add theirs in L2 (red.add), and the diagonal block, the last, reads the sum, adds its
+// share and writes dQ in the input's dtype. Blocks that start together reach a tile at the same step (the stream
+// runs from the last tile down), so a turn costs the waits of the blocks before it, not their work; and a block
+// only ever waits for earlier key blocks, which come first in the grid, so the turns cannot deadlock on a block
+// not yet launched.
+template <typename T, int kD, bool kGradQ>
+__global__ void __launch_bounds__(HopperBackwardShape<kD, 128, kBackwardBoxRows, true, kGradQ>::kThreads, 1)
     flash_backward_kv_hopper_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                                     const __grid_constant__ CUtensorMap v_map,
                                     const __grid_constant__ CUtensorMap grad_out_map, const FlashBackwardParams p) {
 #if defined(TT_HOPPER_DEVICE)
   using namespace hopper;
-  using Shape = HopperBackwardKvShape<kD>;
+  using Shape = HopperBackwardShape<kD, 128, kBackwardBoxRows, true, kGradQ>;
   using Block = BackwardBlock<Shape>;
   constexpr int kBlockN = Shape::kResidentRows;  // keys
   constexpr int kBlockM = Shape::kStreamedRows;  // queries per streamed tile
@@ -556,9 +665,11 @@ __global__ void __launch_bounds__(HopperBackwardKvShape<kD>::kThreads, 1)
   const int batch = work % (kv_heads * batches) / kv_heads;
   const int group = static_cast<int>(p.q_heads) / kv_heads;
   const int q_tiles = (seq - k0 + kBlockM - 1) / kBlockM;  // query tiles that end before k0 see none of its keys
-  const int steps = group * q_tiles;                       // (head, query tile) pairs, head-major
-  auto head_of = [&](int i) { return kv_head * group + i / q_tiles; };
-  auto q0_of = [&](int i) { return k0 + i % q_tiles * kBlockM; };
+  // (query tile, head) pairs: the last query tile first, the heads of the group inner. In that order every key
+  // block reaches a given tile after the same number of steps from its start (the order of the dQ turns needs it).
+  const int steps = group * q_tiles;
+  auto head_of = [&](int i) { return kv_head * group + i % group; };
+  auto q0_of = [&](int i) { return k0 + (q_tiles - 1 - i / group) * kBlockM; };
 
   if (warpgroup() == 0) {
     registers_decrease<Shape::kProducerRegisters>();
@@ -620,16 +731,39 @@ __global__ void __launch_bounds__(HopperBackwardKvShape<kD>::kThreads, 1)
     uint32_t ds[kBlockM / 16][4];
     to_a_fragments<T, kBlockM>(probs, s);
     to_a_fragments<T, kBlockM>(ds, dp);
+    if constexpr (kGradQ) {  // dS^T to shared memory, where its rows are the A operand of dQ
+      store_a_fragments_swizzled<kBlockM>(block.ds(consumer), ds);
+      fence_shared_for_async();
+      named_barrier_sync(1 + consumer, kWarpgroupThreads);  // all four warps' rows
+    }
     fence_operands(grad_v);
     fence_operands(grad_k);
     wgmma_fence();
     accumulate_product<T, kD, kBlockM>(grad_v, probs, block.stream_b(slot));  // dV += P^T dO
     accumulate_product<T, kD, kBlockM>(grad_k, ds, block.stream_a(slot));     // dK += dS^T Q
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands(grad_v);
-    fence_operands(grad_k);
-    barrier_arrive(block.empty(slot));
+    if constexpr (kGradQ) {
+      // This warpgroup's share of dQ = dS K, over its own 64 keys: dS^T is MN-major for dS, K MN-major (its rows
+      // are the reduced dimension).
+      float grad_q[kD / 8][4];
+#pragma unroll
+      for (int k = 0; k < kWarpgroupRows / 16; ++k)
+        wgmma<T, 1, 1>(grad_q, mn_major_descriptor(block.ds(consumer), kWarpgroupRows, k),
+                       mn_major_descriptor(my_k, kBlockN, k), k > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(grad_q);
+      fence_operands(grad_v);
+      fence_operands(grad_k);
+      barrier_arrive(block.empty(slot));
+      store_grad_q_share<Shape>(grad_q, block, consumer);
+      add_grad_q_shares<T, Shape>(block, p, batch, head_of(i), q0, k0, scale);
+    } else {
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(grad_v);
+      fence_operands(grad_k);
+      barrier_arrive(block.empty(slot));
+    }
   }
 
   // Each warp stages and writes its own 16 rows of dK, then of dV.
@@ -652,6 +786,23 @@ __global__ void __launch_bounds__(HopperBackwardKvShape<kD>::kThreads, 1)
 #endif  // TT_HOPPER_DEVICE
 }
 
+// The fused backward's first kernel: delta = rowsum(dO * O) of every query (a warp per 16 rows, written to
+// p.delta), and the dQ turn counters zeroed (a block per 64-query tile of one head and batch entry, the
+// counters' order).
+template <typename T, int kD>
+__global__ void __launch_bounds__(hopper::kWarpgroupThreads)
+    flash_backward_prologue_hopper_kernel(const FlashBackwardParams p) {
+  constexpr int kRows = HopperBackwardFusedShape<kD>::kStreamedRows;
+  static_assert(kRows == hopper::kWarpgroupWarps * hopper::kWarpRows, "a warp per 16 rows of the tile");
+  const int tiles = static_cast<int>((p.seq + kRows - 1) / kRows);
+  const int tile = static_cast<int>(blockIdx.x) % tiles;
+  const int head = static_cast<int>(blockIdx.x) / tiles % static_cast<int>(p.q_heads);
+  const int batch = static_cast<int>(blockIdx.x) / tiles / static_cast<int>(p.q_heads);
+  const int warp_q0 = tile * kRows + hopper::kWarpRows * (static_cast<int>(threadIdx.x) / kMmaLanes);
+  warp_rows_delta<T, kD>(p, batch, head, warp_q0, (static_cast<int64_t>(batch) * p.q_heads + head) * p.seq);
+  if (threadIdx.x == 0) p.grad_q_turns[blockIdx.x] = 0;
+}
+
 template <typename Kernel>
 LaunchStatus launch_backward(Kernel* kernel, int64_t items, int threads, int bytes, const CUtensorMap (&maps)[4],
                              const FlashBackwardParams& p, gpuStream_t stream) {
@@ -662,7 +813,11 @@ LaunchStatus launch_backward(Kernel* kernel, int64_t items, int threads, int byt
   return last_launch_status();
 }
 
-// dQ first: its kernel also writes delta, which the dK/dV kernel reads.
+// Head dim 64: the fused kernel after its prologue (delta, the turns). Head dim 128: FlashAttention-2's two
+// kernels, dQ first (its kernel also writes delta, which the dK/dV kernel reads). Each is where it measured faster
+// on an H100 (bf16, kernel_bench, one call; docs/attention.md): forward + backward at medium 137.8 vs 142.6 us,
+// long-context 664.4 vs 694.5; d128-s1024 395.2 vs 358.6, d128-s4096 1,721.8 vs 1,618.4 (the fused kernel at
+// head_dim 128 then split dQ's columns between the consumers).
 template <typename T, int kD>
 LaunchStatus hopper_backward_for(const FlashBackwardParams& p, gpuStream_t stream) {
   constexpr bool kBf16 = std::is_same_v<T, bf16>;
@@ -676,15 +831,30 @@ LaunchStatus hopper_backward_for(const FlashBackwardParams& p, gpuStream_t strea
                                                   strides[i].batch, strides[i].head, strides[i].seq, kBackwardBoxRows))
       return {e};
   }
-  using Q = HopperBackwardQShape<kD>;
-  const LaunchStatus status = launch_backward(flash_backward_q_hopper_kernel<T, kD>,
-                                             static_cast<int64_t>(blocks_for(p.seq, Q::kResidentRows)) * p.q_heads * p.batch,
-                                             Q::kThreads, Q::kBytes, maps, p, stream);
-  if (!status.ok()) return status;
-  using Kv = HopperBackwardKvShape<kD>;
-  return launch_backward(flash_backward_kv_hopper_kernel<T, kD>,
-                         static_cast<int64_t>(blocks_for(p.seq, Kv::kResidentRows)) * p.kv_heads * p.batch, Kv::kThreads,
-                         Kv::kBytes, maps, p, stream);
+  if constexpr (hopper_backward_fused(kD)) {
+    using Fused = HopperBackwardFusedShape<kD>;
+    const int64_t key_blocks = static_cast<int64_t>(blocks_for(p.seq, Fused::kResidentRows)) * p.kv_heads * p.batch;
+    if (p.grad_q_accum == nullptr || p.grad_q_turns == nullptr)
+      return {"the fused Hopper flash attention backward needs its dQ scratch (grad_q_accum, grad_q_turns)"};
+    const int64_t query_tiles = static_cast<int64_t>(blocks_for(p.seq, Fused::kStreamedRows)) * p.q_heads * p.batch;
+    if (query_tiles > std::numeric_limits<int>::max()) return {kTooManyItems};
+    flash_backward_prologue_hopper_kernel<T, kD>
+        <<<static_cast<unsigned>(query_tiles), hopper::kWarpgroupThreads, 0, stream>>>(p);
+    const LaunchStatus status = last_launch_status();
+    if (!status.ok()) return status;
+    return launch_backward(flash_backward_kv_hopper_kernel<T, kD, true>, key_blocks, Fused::kThreads, Fused::kBytes,
+                           maps, p, stream);
+  } else {
+    using Kv = HopperBackwardKvShape<kD>;
+    const int64_t key_blocks = static_cast<int64_t>(blocks_for(p.seq, Kv::kResidentRows)) * p.kv_heads * p.batch;
+    using Q = HopperBackwardQShape<kD>;
+    const LaunchStatus status = launch_backward(flash_backward_q_hopper_kernel<T, kD>,
+                                               static_cast<int64_t>(blocks_for(p.seq, Q::kResidentRows)) * p.q_heads * p.batch,
+                                               Q::kThreads, Q::kBytes, maps, p, stream);
+    if (!status.ok()) return status;
+    return launch_backward(flash_backward_kv_hopper_kernel<T, kD, false>, key_blocks, Kv::kThreads, Kv::kBytes, maps, p,
+                           stream);
+  }
 }
 
 }  // namespace

@@ -177,6 +177,57 @@ __device__ __forceinline__ void barrier_wait(uint64_t* barrier, int parity) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Named barriers (bar.sync with an id and a thread count: a subset of the block, e.g. one warpgroup, waits for
+// itself without stopping the others; id 0 is __syncthreads') and turns taken through a counter in global memory
+// (one block at a time works on something, in a fixed order: the deterministic backward's dQ sums).
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// Waits until *turn == mine (acquire: what the previous holder wrote before passing the turn is then visible to
+// this thread, and to the others of its block after a barrier). One thread per block waits.
+__device__ __forceinline__ void turn_wait(const int* turn, int mine) {
+  int now;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(now) : "l"(turn) : "memory");
+  } while (now != mine);
+}
+// Passes the turn on (release: after a barrier, covers what the whole block wrote before it).
+__device__ __forceinline__ void turn_pass(int* turn, int next) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(next) : "memory");
+}
+// *address += value, four floats at once, done in L2 without returning anything (16-byte aligned).
+__device__ __forceinline__ void reduce_add(float* address, float4 value) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(address), "f"(value.x), "f"(value.y),
+               "f"(value.z), "f"(value.w)
+               : "memory");
+}
+// Makes this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads); a
+// barrier among the writers must follow before the product is issued.
+__device__ __forceinline__ void fence_shared_for_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// Stores a warpgroup's 64 x kCols tile of A fragments (to_a_fragments' layout; warp w holds rows 16w..) into a
+// 128-byte-swizzled panel tile of 64 columns per panel, the layout TMA writes and the descriptors read. Each
+// 4-byte pair lands in a different bank across the warp's 8 rows (the swizzle spreads them), so no conflicts.
+template <int kCols>
+__device__ __forceinline__ void store_a_fragments_swizzled(unsigned char* tile, const uint32_t (&a)[kCols / 16][4]) {
+  const int lane = static_cast<int>(threadIdx.x) % kMmaLanes;
+  const int row0 = kWarpRows * warp_in_warpgroup() + lane / 4;
+#pragma unroll
+  for (int k = 0; k < kCols / 16; ++k)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = row0 + (e & 1) * 8;                     // a[k][1], a[k][3]: the rows 8 further down
+      const int col = 16 * k + (e >= 2 ? 8 : 0) + 2 * (lane % 4);  // a[k][2], a[k][3]: the columns 8 further right
+      const int panel = col / kPanelColumns, chunk = col % kPanelColumns / 8;
+      unsigned char* at = tile + panel * kWarpgroupRows * kSwizzleRowBytes + row * kSwizzleRowBytes +
+                          ((chunk ^ (row % 8)) * 16) + (col % 8) * 2;
+      *reinterpret_cast<uint32_t*>(at) = a[k][e];
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // TMA: one thread copies a box of a tensor map into shared memory; the bytes complete on `barrier`.
 // ---------------------------------------------------------------------------------------------
 

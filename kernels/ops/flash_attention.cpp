@@ -161,7 +161,8 @@ torch::Tensor empty_bshd_as(const torch::Tensor& like) {
 // forward, kernel_bench: 9.9 against 9.0 us; from 512 positions on it is faster: medium 37.7 against 41.2 us). Those
 // figures are from before its grid became persistent, which made medium 30.6 us; 128 positions was not measured
 // again. The Hopper backward was measured from 512 positions on (H100, bf16, kernel_bench: medium forward + backward
-// 140.7 against the register kernels' 156.4 us), not between 129 and 511.
+// 140.7 against the register kernels' 156.4 us with its two kernels, 138.1 with the fused one), not between 129
+// and 511.
 constexpr int64_t kHopperDefaultMinSeq = 129;
 
 // Whether the Hopper kernel's tensor maps have been seen to read `t` (kernel-ready): no dimension of more than one
@@ -265,6 +266,13 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward_gpu(const torch
   if (!grad_k.defined()) grad_k = empty_bshd_as(k);
   if (!grad_v.defined()) grad_v = empty_bshd_as(v);
   auto delta = torch::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(torch::kFloat32));
+  // The fused Hopper backward sums dQ over key blocks in fp32, taking turns per 64-query tile (its kernels zero the
+  // turns).
+  torch::Tensor grad_q_accum, grad_q_turns;
+  if (kernel == kernels::FlashKernel::kHopper && kernels::hopper_backward_fused(q.size(3))) {
+    grad_q_accum = torch::empty(q.sizes(), q.options().dtype(torch::kFloat32));
+    grad_q_turns = torch::empty({q.size(0), q.size(1), (q.size(2) + 63) / 64}, q.options().dtype(torch::kInt32));
+  }
   kernels::FlashBackwardParams params{};
   params.q = q.data_ptr();
   params.k = k.data_ptr();
@@ -284,6 +292,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward_gpu(const torch
   params.grad_k_strides = strides_of(grad_k);
   params.grad_v_strides = strides_of(grad_v);
   params.delta = delta.data_ptr<float>();
+  params.grad_q_accum = grad_q_accum.defined() ? grad_q_accum.data_ptr<float>() : nullptr;
+  params.grad_q_turns = grad_q_turns.defined() ? grad_q_turns.data_ptr<int>() : nullptr;
   params.batch = q.size(0);
   params.q_heads = q.size(1);
   params.kv_heads = k.size(1);
