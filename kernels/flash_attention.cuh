@@ -76,9 +76,10 @@ struct FlashBackwardParams {
   FlashStrides grad_k_strides;
   FlashStrides grad_v_strides;
   float* delta;  // [batch, q_heads, seq] scratch, contiguous: rowsum(grad_out * out)
-  // The Hopper generation's scratch (nullptr for the others): dQ summed over key blocks in fp32, [batch, q_heads,
-  // seq, head_dim] contiguous, and a turn counter per 64-query tile, [batch, q_heads, ceil(seq / 64)] contiguous
-  // (its first kernel zeroes them).
+  // The fused Hopper backward's scratch (nullptr for the others; hopper_backward_fused says where): dQ summed over
+  // key blocks in fp32, [batch, q_heads, seq, head_dim] contiguous (key block 0 stores its share first, so it needs
+  // no zeroing), and a turn counter per kHopperGradQTileRows-query tile, [batch, q_heads, hopper_grad_q_tiles(seq)]
+  // contiguous (the prologue kernel zeroes them).
   float* grad_q_accum;
   int* grad_q_turns;
   int64_t batch;
@@ -110,7 +111,7 @@ LaunchStatus flash_attention_forward(const FlashForwardParams& params, DType dty
                                      FlashKernel kernel);
 
 // Writes grad_q, grad_k and grad_v, bitwise reproducible: FlashAttention-2's two-kernel scheme, no atomics (the
-// Hopper generation at head_dim 64: one kernel, dQ's sums added in a fixed order).
+// Hopper generation at head_dim 64: one kernel, dQ's shares added by atomic adds in a fixed order).
 LaunchStatus flash_attention_backward(const FlashBackwardParams& params, DType dtype, void* stream,
                                       FlashKernel kernel);
 
@@ -128,6 +129,9 @@ bool hopper_flash_present();
 // Whether the Hopper backward at this head_dim is the fused kernel (dQ summed over key blocks in turns), which
 // needs FlashBackwardParams' grad_q_accum and grad_q_turns; the other head dims run two kernels without them.
 constexpr bool hopper_backward_fused(int64_t head_dim) { return head_dim == 64; }
+// The fused kernel's query tiles, each with one turn counter.
+constexpr int64_t kHopperGradQTileRows = 64;
+constexpr int64_t hopper_grad_q_tiles(int64_t seq) { return (seq + kHopperGradQTileRows - 1) / kHopperGradQTileRows; }
 
 #if defined(__CUDACC__) || defined(__HIP__)
 // =================================================================================================

@@ -343,8 +343,8 @@ __device__ __forceinline__ void tma_load_rows(unsigned char* tile, const CUtenso
 }
 #endif
 
-// Both kernels' shape: kResidentRows rows of two operands held for the whole block (Q and dO, or K and V), and
-// tiles of kStreamedRows rows of two others streamed through kStages ring slots. kStats: the streamed rows' lse and
+// Every backward kernel's shape: kResidentRows rows of two operands held for the whole block (Q and dO, or K and V),
+// and tiles of kStreamedRows rows of two others streamed through kStages ring slots. kStats: the streamed rows' lse and
 // delta come with them (dK/dV). kGradQ: the block also computes dQ (the fused kernel): dS^T goes through shared
 // memory, and each consumer's dQ share through fp32 rows, which reuse the output's staging rows. Then the staging
 // rows of the output and the barriers.
@@ -370,7 +370,7 @@ struct HopperBackwardShape {
   // dS^T [resident rows x streamed rows], one swizzled panel; each consumer's dQ share (dS K over its own 64 keys)
   // [streamed rows x kD] fp32, rows padded by 8 floats so that a warp's fragment stores spread over all banks.
   static constexpr int kDsBytes = kGradQ ? hopper::panel_tile_bytes(kResidentRows, kStreamedRows) : 0;
-  static constexpr int kGradQPitch = kD + 8;
+  static constexpr int kGradQPitch = kD + 8;  // 32 bytes: each of a warp's 8 rows starts 8 banks further on
   static constexpr int kGradQShareBytes = kStreamedRows * kGradQPitch * 4;
   static constexpr int kResidentA = 0;
   static constexpr int kResidentB = kResidentA + kResidentBytes;
@@ -379,7 +379,8 @@ struct HopperBackwardShape {
   static constexpr int kStreamStats = kStreamB + kStages * kTileBytes;
   static constexpr int kDs = kStreamStats + kStages * kStatsBytes;
   static constexpr int kStaging = kDs + kDsBytes;
-  static constexpr int kStagingBytes = std::max(tile_bytes<kD>(kResidentRows), kGradQ ? kConsumers * kGradQShareBytes : 0);
+  static constexpr int kGradQBytes = (kGradQ ? kConsumers : 0) * kGradQShareBytes;
+  static constexpr int kStagingBytes = std::max(tile_bytes<kD>(kResidentRows), kGradQBytes);
   static constexpr int kBarriers = kStaging + kStagingBytes;
   static constexpr int kBarrierCount = 1 + 2 * kStages;  // resident full; full and empty per slot
   static constexpr int kBytes = kBarriers + 8 * kBarrierCount + 1024;  // + the alignment of the start
@@ -503,8 +504,8 @@ __device__ __forceinline__ void add_grad_q_shares(const BackwardBlock<Shape>& bl
   const int key_block = k0 / Shape::kResidentRows;
   const bool first = key_block == 0;
   const bool last = q0 < k0 + Shape::kResidentRows;
-  int* turn = p.grad_q_turns + (static_cast<int64_t>(batch) * p.q_heads + head) * ((seq + kRows - 1) / kRows) +
-              q0 / kRows;
+  int* turn =
+      p.grad_q_turns + (static_cast<int64_t>(batch) * p.q_heads + head) * ((seq + kRows - 1) / kRows) + q0 / kRows;
   const int thread = static_cast<int>(threadIdx.x) - kWarpgroupThreads;  // among the consumers
   if (thread == 0 && !first) turn_wait(turn, key_block);
   named_barrier_sync(kBothConsumers, kThreads);  // every share stored, and the turn is ours
@@ -530,7 +531,8 @@ __device__ __forceinline__ void add_grad_q_shares(const BackwardBlock<Shape>& bl
       continue;
     }
     if (!first) {
-      const float4 before = __ldcg(reinterpret_cast<const float4*>(at));  // L2's copy: other SMs wrote it
+      // Visible through the turn's acquire; .cg reads L2's copy, skipping this SM's L1.
+      const float4 before = __ldcg(reinterpret_cast<const float4*>(at));
       v = make_float4(before.x + v.x, before.y + v.y, before.z + v.z, before.w + v.w);
     }
     Pack<T, 4> values;
@@ -643,10 +645,13 @@ __global__ void __launch_bounds__(HopperBackwardQShape<kD>::kThreads, 1)
 // share and writes dQ in the input's dtype. Blocks that start together reach a tile at the same step (the stream
 // runs from the last tile down), so a turn costs the waits of the blocks before it, not their work; and a block
 // only ever waits for earlier key blocks, which come first in the grid, so the turns cannot deadlock on a block
-// not yet launched.
+// not yet launched. That assumes what CUDA does but does not promise: blocks are dispatched in blockIdx order
+// (FlashAttention-3's deterministic mode and CUTLASS's semaphores assume it too); and the prologue runs before the
+// kernel on the same stream, with no programmatic dependent launch.
 template <typename T, int kD, bool kGradQ>
 __global__ void __launch_bounds__(HopperBackwardShape<kD, 128, kBackwardBoxRows, true, kGradQ>::kThreads, 1)
-    flash_backward_kv_hopper_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+    flash_backward_kv_hopper_kernel(const __grid_constant__ CUtensorMap q_map,
+                                    const __grid_constant__ CUtensorMap k_map,
                                     const __grid_constant__ CUtensorMap v_map,
                                     const __grid_constant__ CUtensorMap grad_out_map, const FlashBackwardParams p) {
 #if defined(TT_HOPPER_DEVICE)
@@ -741,28 +746,24 @@ __global__ void __launch_bounds__(HopperBackwardShape<kD, 128, kBackwardBoxRows,
     wgmma_fence();
     accumulate_product<T, kD, kBlockM>(grad_v, probs, block.stream_b(slot));  // dV += P^T dO
     accumulate_product<T, kD, kBlockM>(grad_k, ds, block.stream_a(slot));     // dK += dS^T Q
+    // With dQ, in the same group: this warpgroup's share of dQ = dS K, over its own 64 keys. dS^T is MN-major for dS
+    // (one panel: M = 64 needs no leading offset), K MN-major (its rows are the reduced dimension).
+    [[maybe_unused]] float grad_q[kD / 8][4];
     if constexpr (kGradQ) {
-      // This warpgroup's share of dQ = dS K, over its own 64 keys: dS^T is MN-major for dS, K MN-major (its rows
-      // are the reduced dimension).
-      float grad_q[kD / 8][4];
 #pragma unroll
       for (int k = 0; k < kWarpgroupRows / 16; ++k)
         wgmma<T, 1, 1>(grad_q, mn_major_descriptor(block.ds(consumer), kWarpgroupRows, k),
                        mn_major_descriptor(my_k, kBlockN, k), k > 0);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_operands(grad_q);
-      fence_operands(grad_v);
-      fence_operands(grad_k);
-      barrier_arrive(block.empty(slot));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    if constexpr (kGradQ) fence_operands(grad_q);
+    fence_operands(grad_v);
+    fence_operands(grad_k);
+    barrier_arrive(block.empty(slot));
+    if constexpr (kGradQ) {
       store_grad_q_share<Shape>(grad_q, block, consumer);
       add_grad_q_shares<T, Shape>(block, p, batch, head_of(i), q0, k0, scale);
-    } else {
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_operands(grad_v);
-      fence_operands(grad_k);
-      barrier_arrive(block.empty(slot));
     }
   }
 
@@ -794,6 +795,7 @@ __global__ void __launch_bounds__(hopper::kWarpgroupThreads)
     flash_backward_prologue_hopper_kernel(const FlashBackwardParams p) {
   constexpr int kRows = HopperBackwardFusedShape<kD>::kStreamedRows;
   static_assert(kRows == hopper::kWarpgroupWarps * hopper::kWarpRows, "a warp per 16 rows of the tile");
+  static_assert(kRows == kHopperGradQTileRows, "ops sizes the turns by kHopperGradQTileRows");
   const int tiles = static_cast<int>((p.seq + kRows - 1) / kRows);
   const int tile = static_cast<int>(blockIdx.x) % tiles;
   const int head = static_cast<int>(blockIdx.x) / tiles % static_cast<int>(p.q_heads);
@@ -848,9 +850,10 @@ LaunchStatus hopper_backward_for(const FlashBackwardParams& p, gpuStream_t strea
     using Kv = HopperBackwardKvShape<kD>;
     const int64_t key_blocks = static_cast<int64_t>(blocks_for(p.seq, Kv::kResidentRows)) * p.kv_heads * p.batch;
     using Q = HopperBackwardQShape<kD>;
-    const LaunchStatus status = launch_backward(flash_backward_q_hopper_kernel<T, kD>,
-                                               static_cast<int64_t>(blocks_for(p.seq, Q::kResidentRows)) * p.q_heads * p.batch,
-                                               Q::kThreads, Q::kBytes, maps, p, stream);
+    const LaunchStatus status =
+        launch_backward(flash_backward_q_hopper_kernel<T, kD>,
+                        static_cast<int64_t>(blocks_for(p.seq, Q::kResidentRows)) * p.q_heads * p.batch, Q::kThreads,
+                        Q::kBytes, maps, p, stream);
     if (!status.ok()) return status;
     return launch_backward(flash_backward_kv_hopper_kernel<T, kD, false>, key_blocks, Kv::kThreads, Kv::kBytes, maps, p,
                            stream);

@@ -193,7 +193,8 @@ __device__ __forceinline__ void turn_wait(const int* turn, int mine) {
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(now) : "l"(turn) : "memory");
   } while (now != mine);
 }
-// Passes the turn on (release: after a barrier, covers what the whole block wrote before it).
+// Passes the turn on (release: after a barrier, it covers what every thread of that barrier wrote before it, since
+// the barrier orders their writes before this store; threads outside the barrier are not covered).
 __device__ __forceinline__ void turn_pass(int* turn, int next) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(next) : "memory");
 }
@@ -205,24 +206,28 @@ __device__ __forceinline__ void reduce_add(float* address, float4 value) {
 }
 // Makes this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads); a
 // barrier among the writers must follow before the product is issued.
-__device__ __forceinline__ void fence_shared_for_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_shared_for_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 
-// Stores a warpgroup's 64 x kCols tile of A fragments (to_a_fragments' layout; warp w holds rows 16w..) into a
-// 128-byte-swizzled panel tile of 64 columns per panel, the layout TMA writes and the descriptors read. Each
-// 4-byte pair lands in a different bank across the warp's 8 rows (the swizzle spreads them), so no conflicts.
+// Stores a warpgroup's 64 x 64 tile of A fragments (to_a_fragments' layout; warp w holds rows 16w..) as 64 rows
+// of one 128-byte-swizzled panel from `rows` (1024-byte aligned), the layout TMA writes and the descriptors read.
+// Each 4-byte pair lands in a different bank across the warp's 8 rows (the swizzle spreads them), so no conflicts.
 template <int kCols>
-__device__ __forceinline__ void store_a_fragments_swizzled(unsigned char* tile, const uint32_t (&a)[kCols / 16][4]) {
+__device__ __forceinline__ void store_a_fragments_swizzled(unsigned char* rows, const uint32_t (&a)[kCols / 16][4]) {
+  // One panel: a wider tile's next panel would start a whole panel's rows further on, which these 64 rows (say half
+  // of a 128-row panel) do not know.
+  static_assert(kCols == kPanelColumns, "one panel of 64 columns");
   const int lane = static_cast<int>(threadIdx.x) % kMmaLanes;
   const int row0 = kWarpRows * warp_in_warpgroup() + lane / 4;
 #pragma unroll
   for (int k = 0; k < kCols / 16; ++k)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int row = row0 + (e & 1) * 8;                     // a[k][1], a[k][3]: the rows 8 further down
+      const int row = row0 + (e & 1) * 8;                          // a[k][1], a[k][3]: the rows 8 further down
       const int col = 16 * k + (e >= 2 ? 8 : 0) + 2 * (lane % 4);  // a[k][2], a[k][3]: the columns 8 further right
-      const int panel = col / kPanelColumns, chunk = col % kPanelColumns / 8;
-      unsigned char* at = tile + panel * kWarpgroupRows * kSwizzleRowBytes + row * kSwizzleRowBytes +
-                          ((chunk ^ (row % 8)) * 16) + (col % 8) * 2;
+      const int chunk = col / 8;
+      unsigned char* at = rows + row * kSwizzleRowBytes + ((chunk ^ (row % 8)) * 16) + (col % 8) * 2;
       *reinterpret_cast<uint32_t*>(at) = a[k][e];
     }
 }

@@ -266,12 +266,13 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward_gpu(const torch
   if (!grad_k.defined()) grad_k = empty_bshd_as(k);
   if (!grad_v.defined()) grad_v = empty_bshd_as(v);
   auto delta = torch::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(torch::kFloat32));
-  // The fused Hopper backward sums dQ over key blocks in fp32, taking turns per 64-query tile (its kernels zero the
+  // The fused Hopper backward sums dQ over key blocks in fp32, taking turns per query tile (its prologue zeroes the
   // turns).
   torch::Tensor grad_q_accum, grad_q_turns;
   if (kernel == kernels::FlashKernel::kHopper && kernels::hopper_backward_fused(q.size(3))) {
     grad_q_accum = torch::empty(q.sizes(), q.options().dtype(torch::kFloat32));
-    grad_q_turns = torch::empty({q.size(0), q.size(1), (q.size(2) + 63) / 64}, q.options().dtype(torch::kInt32));
+    grad_q_turns =
+        torch::empty({q.size(0), q.size(1), kernels::hopper_grad_q_tiles(q.size(2))}, q.options().dtype(torch::kInt32));
   }
   kernels::FlashBackwardParams params{};
   params.q = q.data_ptr();
