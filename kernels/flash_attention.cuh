@@ -77,9 +77,9 @@ struct FlashBackwardParams {
   FlashStrides grad_v_strides;
   float* delta;  // [batch, q_heads, seq] scratch, contiguous: rowsum(grad_out * out)
   // The fused Hopper backward's scratch (nullptr for the others; hopper_backward_fused says where): dQ summed over
-  // key blocks in fp32, [batch, q_heads, seq, head_dim] contiguous (key block 0 stores its share first, so it needs
-  // no zeroing), and a turn counter per kHopperGradQTileRows-query tile, [batch, q_heads, hopper_grad_q_tiles(seq)]
-  // contiguous (the prologue kernel zeroes them).
+  // key blocks in fp32, [batch, q_heads, hopper_grad_q_tiles(seq) * kHopperGradQTileRows, head_dim] floats in whole
+  // query tiles (each tile in the kernel's own order), and a turn counter per tile, [batch, q_heads,
+  // hopper_grad_q_tiles(seq)], both contiguous (the prologue kernel zeroes them).
   float* grad_q_accum;
   int* grad_q_turns;
   int64_t batch;
@@ -111,7 +111,7 @@ LaunchStatus flash_attention_forward(const FlashForwardParams& params, DType dty
                                      FlashKernel kernel);
 
 // Writes grad_q, grad_k and grad_v, bitwise reproducible: FlashAttention-2's two-kernel scheme, no atomics (the
-// Hopper generation at head_dim 64: one kernel, dQ's shares added by atomic adds in a fixed order).
+// Hopper generation at head_dim 64: one kernel, dQ's shares added by bulk reductions in a fixed order).
 LaunchStatus flash_attention_backward(const FlashBackwardParams& params, DType dtype, void* stream,
                                       FlashKernel kernel);
 

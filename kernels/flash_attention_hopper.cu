@@ -30,7 +30,6 @@
 #include "flash_fragments.cuh"
 #include "hopper.cuh"
 
-
 namespace tt::kernels {
 
 #if defined(__CUDACC__) && !defined(__HIP__)
@@ -312,8 +311,9 @@ LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream)
 //    dK += dS^T Q (dO and Q MN-major: the tiles loaded K-major for the first two products serve transposed for the
 //    last two).
 //  * head_dim 64, the same kernel also makes dQ (FlashAttention-3's five products): dS^T goes to shared memory,
-//    each consumer multiplies its 64 keys' dS by their K, and the block adds the two shares to the query tile's
-//    fp32 dQ sum in its turn (the kernel's comment); a prologue writes delta = rowsum(dO * O) first.
+//    each consumer multiplies its 64 keys' dS by their K, and a writer warp adds the two shares to the query tile's
+//    fp32 dQ sum in the block's turn (the kernel's comment). A prologue writes delta = rowsum(dO * O) and zeroes
+//    the sums first; an epilogue writes dQ from them.
 //  * head_dim 128, dQ has a kernel of its own, run first (it writes delta): resident Q and dO of 128 queries,
 //    streamed K and V tiles of 64 keys up to the diagonal. S = Q K^T and dP = dO V^T again (seven products per
 //    tile pair in all), dS = P * (dP - delta) in registers, dQ += dS K with dS from registers and K MN-major.
@@ -325,8 +325,6 @@ LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream)
 // =================================================================================================
 
 constexpr int kBackwardBoxRows = 64;
-// Named barriers of the fused backward: 1 + c for consumer warpgroup c alone, this one for both.
-constexpr int kConsumersBarrier = 3;
 
 #if defined(TT_HOPPER_DEVICE)
 // Copies rows [row0, row0 + kRows) of one head of `map` into a tile of 64-column swizzled panels, in boxes of
@@ -346,7 +344,7 @@ __device__ __forceinline__ void tma_load_rows(unsigned char* tile, const CUtenso
 // Every backward kernel's shape: kResidentRows rows of two operands held for the whole block (Q and dO, or K and V),
 // and tiles of kStreamedRows rows of two others streamed through kStages ring slots. kStats: the streamed rows' lse and
 // delta come with them (dK/dV). kGradQ: the block also computes dQ (the fused kernel): dS^T goes through shared
-// memory, and each consumer's dQ share through fp32 rows, which reuse the output's staging rows. Then the staging
+// memory, and each consumer's dQ share through fp32 rows in two slots, for a writer warp. Then the staging
 // rows of the output and the barriers.
 template <int kHeadDim, int kResident, int kStreamed, bool kStats, bool kGradQ = false>
 struct HopperBackwardShape {
@@ -367,27 +365,32 @@ struct HopperBackwardShape {
   static constexpr int kResidentBytes = hopper::panel_tile_bytes(kResidentRows, kD);  // one of the two
   static constexpr int kTileBytes = hopper::panel_tile_bytes(kStreamedRows, kD);      // one of the two
   static constexpr int kStatsBytes = kStats ? 2 * kStreamedRows * 4 : 0;              // lse, delta
-  // dS^T [resident rows x streamed rows], one swizzled panel; each consumer's dQ share (dS K over its own 64 keys)
-  // [streamed rows x kD] fp32, rows padded by 8 floats so that a warp's fragment stores spread over all banks.
+  // dS^T [resident rows x streamed rows], one swizzled panel; each consumer's dQ share (dS K over its own 64 keys,
+  // all kD columns) [streamed rows x kD] fp32 in two slots, stored in the accumulator's fragment order (fragment n of
+  // thread t at float4 n * 128 + t: consecutive threads write consecutive 16 bytes, and the tile is one contiguous
+  // block that a bulk copy adds to global memory whole).
   static constexpr int kDsBytes = kGradQ ? hopper::panel_tile_bytes(kResidentRows, kStreamedRows) : 0;
-  static constexpr int kGradQPitch = kD + 8;  // 32 bytes: each of a warp's 8 rows starts 8 banks further on
-  static constexpr int kGradQShareBytes = kStreamedRows * kGradQPitch * 4;
+  static constexpr int kShareSlots = 2;
+  static constexpr int kGradQShareBytes = kStreamedRows * kD * 4;
+  static constexpr int kGradQBytes = kGradQ ? kShareSlots * kConsumers * kGradQShareBytes : 0;
   static constexpr int kResidentA = 0;
   static constexpr int kResidentB = kResidentA + kResidentBytes;
   static constexpr int kStreamA = kResidentB + kResidentBytes;
   static constexpr int kStreamB = kStreamA + kStages * kTileBytes;
   static constexpr int kStreamStats = kStreamB + kStages * kTileBytes;
   static constexpr int kDs = kStreamStats + kStages * kStatsBytes;
-  static constexpr int kStaging = kDs + kDsBytes;
-  static constexpr int kGradQBytes = (kGradQ ? kConsumers : 0) * kGradQShareBytes;
-  static constexpr int kStagingBytes = std::max(tile_bytes<kD>(kResidentRows), kGradQBytes);
-  static constexpr int kBarriers = kStaging + kStagingBytes;
-  static constexpr int kBarrierCount = 1 + 2 * kStages;  // resident full; full and empty per slot
+  static constexpr int kGradQShares = kDs + kDsBytes;
+  static constexpr int kStaging = kGradQShares + kGradQBytes;  // not shared with the shares: the writer may still
+                                                               // be copying the last one when dK and dV are staged
+  static constexpr int kBarriers = kStaging + tile_bytes<kD>(kResidentRows);
+  // resident full; full and empty per ring slot; with dQ, full and empty per share slot
+  static constexpr int kBarrierCount = 1 + 2 * kStages + (kGradQ ? 2 * kShareSlots : 0);
   static constexpr int kBytes = kBarriers + 8 * kBarrierCount + 1024;  // + the alignment of the start
   static_assert(kResidentBytes % 1024 == 0 && kTileBytes % 1024 == 0 && kDs % 1024 == 0,
                 "swizzled tiles start 1024-byte aligned");
   static_assert(!kGradQ || kStreamedRows == hopper::kPanelColumns, "dS^T is one panel wide");
-  static_assert(kStaging % 16 == 0 && kBarriers % 8 == 0, "staging rows are 16-byte aligned, barriers 8-byte words");
+  static_assert(kGradQShares % 128 == 0 && kStaging % 16 == 0 && kBarriers % 8 == 0,
+                "shares and staging rows 16-byte aligned (bulk copies want 128), barriers 8-byte words");
   static_assert(kResidentRows % kBackwardBoxRows == 0 && kStreamedRows % kBackwardBoxRows == 0,
                 "tiles are copied in whole boxes");
 };
@@ -412,12 +415,18 @@ struct BackwardBlock {
     return reinterpret_cast<float*>(smem + Shape::kStreamStats + slot * Shape::kStatsBytes);
   }
   __device__ float* delta(int slot) const { return lse(slot) + Shape::kStreamedRows; }
-  // The fused kernel's dS^T (consumer c's 64 rows from consumer * 64) and consumer c's fp32 dQ share.
+  // The fused kernel's dS^T (consumer c's 64 rows from consumer * 64), consumer c's fp32 dQ share in a share slot,
+  // and the slot's barriers (full: both consumers stored theirs; empty: the writer is done with it).
   __device__ unsigned char* ds(int consumer) const {
     return smem + Shape::kDs + consumer * hopper::kWarpgroupRows * hopper::kSwizzleRowBytes;
   }
-  __device__ float* grad_q_share(int consumer) const {
-    return reinterpret_cast<float*>(smem + Shape::kStaging + consumer * Shape::kGradQShareBytes);
+  __device__ float* grad_q_share(int slot, int consumer) const {
+    return reinterpret_cast<float*>(smem + Shape::kGradQShares +
+                                    (slot * Shape::kConsumers + consumer) * Shape::kGradQShareBytes);
+  }
+  __device__ uint64_t* share_full(int slot) const { return resident_full() + 1 + 2 * Shape::kStages + slot; }
+  __device__ uint64_t* share_empty(int slot) const {
+    return resident_full() + 1 + 2 * Shape::kStages + Shape::kShareSlots + slot;
   }
   __device__ uint64_t* resident_full() const { return reinterpret_cast<uint64_t*>(smem + Shape::kBarriers); }
   __device__ uint64_t* full(int slot) const { return resident_full() + 1 + slot; }
@@ -433,6 +442,10 @@ struct BackwardBlock {
         hopper::barrier_init(block.full(slot), 1 + (Shape::kStatsBytes > 0 ? kMmaLanes : 0));
         hopper::barrier_init(block.empty(slot), Shape::kConsumers * hopper::kWarpgroupThreads);
       }
+      for (int slot = 0; slot < (Shape::kGradQBytes > 0 ? Shape::kShareSlots : 0); ++slot) {
+        hopper::barrier_init(block.share_full(slot), Shape::kConsumers * hopper::kWarpgroupThreads);
+        hopper::barrier_init(block.share_empty(slot), kMmaLanes);  // every lane of the writer warp
+      }
       hopper::barrier_init_fence();
     }
     __syncthreads();
@@ -441,6 +454,9 @@ struct BackwardBlock {
   // Streamed tile i sits in slot i % kStages, in round i / kStages of the ring.
   __device__ static int slot_of(int i) { return i % Shape::kStages; }
   __device__ static int round_parity(int i) { return (i / Shape::kStages) & 1; }
+  // Tile i's dQ shares sit in share slot i % kShareSlots.
+  __device__ static int share_slot_of(int i) { return i % Shape::kShareSlots; }
+  __device__ static int share_parity(int i) { return (i / Shape::kShareSlots) & 1; }
 };
 
 // S (or S^T) and dP (or dP^T) of one tile: a [64 x kN] = rows of `a` (this warpgroup's 64 rows of a resident
@@ -473,78 +489,63 @@ __device__ __forceinline__ void accumulate_product(float (&acc)[kD / 8][4], cons
 #pragma unroll
   for (int k = 0; k < kK / 16; ++k) wgmma<T, 1>(acc, a[k], mn_major_descriptor(b, kK, k), true);
 }
-// The fused kernel's dQ for one streamed tile, in two steps. Each consumer stores its share (dS K over its own 64
-// keys) as fp32 rows; then all the consumers' threads sum the shares in a fixed order (the first consumer's + the
-// second's) and, when it is this key block's turn, add the sum to the tile's dQ (the kernel's comment says how the
-// turns go).
-template <typename Shape>
-__device__ __forceinline__ void store_grad_q_share(const float (&grad_q)[Shape::kD / 8][4],
-                                                   const BackwardBlock<Shape>& block, int consumer) {
-  using namespace hopper;
-  float* share = block.grad_q_share(consumer);
-  const int warp_row0 = kWarpRows * warp_in_warpgroup();
+// The fused kernel's dQ for one streamed tile. Each consumer stores its share (dS K over its own 64 keys) in the
+// accumulator's fragment order (the order the global fp32 sum keeps too; the epilogue kernel reads it back) and
+// arrives on the share slot's full barrier. The writer warp (write_grad_q_sums) does the rest while the consumers
+// go on.
+template <int kD>
+__device__ __forceinline__ void store_grad_q_share(const float (&grad_q)[kD / 8][4], float* share) {
+  const int thread = static_cast<int>(threadIdx.x) % hopper::kWarpgroupThreads;
 #pragma unroll
-  for (int n = 0; n < Shape::kD / 8; ++n)
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-      *reinterpret_cast<float2*>(share + (warp_row0 + c_row(2 * half)) * Shape::kGradQPitch + c_col(n, 0)) =
-          make_float2(grad_q[n][2 * half], grad_q[n][2 * half + 1]);
+  for (int n = 0; n < kD / 8; ++n)
+    reinterpret_cast<float4*>(share)[n * hopper::kWarpgroupThreads + thread] =
+        make_float4(grad_q[n][0], grad_q[n][1], grad_q[n][2], grad_q[n][3]);
 }
 
-template <typename T, typename Shape>
-__device__ __forceinline__ void add_grad_q_shares(const BackwardBlock<Shape>& block, const FlashBackwardParams& p,
-                                                  int batch, int head, int q0, int k0, float scale) {
+// The writer warp: for each streamed tile, waits for both consumers' shares, sums them in a fixed order (the first
+// consumer's + the second's, into the first's), waits for this key block's turn on the query tile, adds the sum to
+// the tile's fp32 dQ in global memory with one bulk reduction (cp.reduce.async.bulk .add.f32), waits for it to
+// complete, passes the turn on and frees the slot. head_of(i) and q0_of(i): step i's query head and first query.
+template <typename Shape, typename HeadOf, typename Q0Of>
+__device__ __forceinline__ void write_grad_q_sums(const BackwardBlock<Shape>& block, const FlashBackwardParams& p,
+                                                  int batch, int k0, int steps, HeadOf head_of, Q0Of q0_of) {
   using namespace hopper;
-  constexpr int kD = Shape::kD;
-  constexpr int kRows = Shape::kStreamedRows;  // the tile's queries
-  constexpr int kThreads = Shape::kConsumers * kWarpgroupThreads;
-  constexpr int kBothConsumers = kConsumersBarrier;
-  const int seq = static_cast<int>(p.seq);
-  // The tile's key blocks take turns from block 0 (first) up to its diagonal block (last).
+  using Block = BackwardBlock<Shape>;
+  constexpr int kRows = Shape::kStreamedRows;  // a tile's queries
+  constexpr int kVectors = Shape::kGradQShareBytes / 16;
   const int key_block = k0 / Shape::kResidentRows;
-  const bool first = key_block == 0;
-  const bool last = q0 < k0 + Shape::kResidentRows;
-  int* turn =
-      p.grad_q_turns + (static_cast<int64_t>(batch) * p.q_heads + head) * ((seq + kRows - 1) / kRows) + q0 / kRows;
-  const int thread = static_cast<int>(threadIdx.x) - kWarpgroupThreads;  // among the consumers
-  if (thread == 0 && !first) turn_wait(turn, key_block);
-  named_barrier_sync(kBothConsumers, kThreads);  // every share stored, and the turn is ours
-
-  float* sum = p.grad_q_accum + ((static_cast<int64_t>(batch) * p.q_heads + head) * p.seq + q0) * kD;
-  T* out = head_ptr<T>(p.grad_q, p.grad_q_strides, batch, head);
-  for (int c = thread; c < kRows * kD / 4; c += kThreads) {
-    const int row = c / (kD / 4), col = c % (kD / 4) * 4;
-    if (q0 + row >= seq) break;  // the rest lies past the end too
-    float4 v = *reinterpret_cast<const float4*>(block.grad_q_share(0) + row * Shape::kGradQPitch + col);
+  const int tiles = static_cast<int>((p.seq + kRows - 1) / kRows);
+  for (int i = 0; i < steps; ++i) {
+    const int slot = Block::share_slot_of(i);
+    barrier_wait(block.share_full(slot), Block::share_parity(i));
+    float4* sum = reinterpret_cast<float4*>(block.grad_q_share(slot, 0));
+#pragma unroll 4
+    for (int v = lane(); v < kVectors; v += kMmaLanes) {
 #pragma unroll
-    for (int share = 1; share < Shape::kConsumers; ++share) {
-      const float4 w = *reinterpret_cast<const float4*>(block.grad_q_share(share) + row * Shape::kGradQPitch + col);
-      v = make_float4(v.x + w.x, v.y + w.y, v.z + w.z, v.w + w.w);
-    }
-    float* at = sum + static_cast<int64_t>(row) * kD + col;
-    if (!last) {
-      if (first) {
-        *reinterpret_cast<float4*>(at) = v;
-      } else {
-        reduce_add(at, v);
+      for (int consumer = 1; consumer < Shape::kConsumers; ++consumer) {
+        const float4 w = reinterpret_cast<const float4*>(block.grad_q_share(slot, consumer))[v];
+        const float4 a = sum[v];
+        sum[v] = make_float4(a.x + w.x, a.y + w.y, a.z + w.z, a.w + w.w);
       }
-      continue;
     }
-    if (!first) {
-      // Visible through the turn's acquire; .cg reads L2's copy, skipping this SM's L1.
-      const float4 before = __ldcg(reinterpret_cast<const float4*>(at));
-      v = make_float4(before.x + v.x, before.y + v.y, before.z + v.z, before.w + v.w);
+    fence_shared_for_async();  // the sums, before the bulk copy reads them
+    __syncwarp();
+    if (lane() == 0) {
+      const int64_t tile = (static_cast<int64_t>(batch) * p.q_heads + head_of(i)) * tiles + q0_of(i) / kRows;
+      int* turn = p.grad_q_turns + tile;
+      float* tile_sum = p.grad_q_accum + tile * kRows * Shape::kD;
+      turn_wait(turn, key_block);
+      fence_global_between_proxies();  // the turn taken before the additions are issued
+      bulk_reduce_add(tile_sum, sum, Shape::kGradQShareBytes);
+      bulk_wait_all();                 // the additions are done in global memory (and the slot read)
+      fence_global_between_proxies();  // ... before the turn is passed
+      turn_pass(turn, key_block + 1);
     }
-    Pack<T, 4> values;
-    values.values[0] = from_float<T>(v.x * scale);
-    values.values[1] = from_float<T>(v.y * scale);
-    values.values[2] = from_float<T>(v.z * scale);
-    values.values[3] = from_float<T>(v.w * scale);
-    store_pack<4>(out + static_cast<int64_t>(q0 + row) * p.grad_q_strides.seq + col, values);
+    __syncwarp();
+    // Every lane arrives (the barrier counts 32): each releases its own reads and writes of the slot, and lane 0's
+    // arrival comes after the bulk copy has read it.
+    barrier_arrive(block.share_empty(slot));
   }
-  // Every thread's writes are done (and the shares' rows free again); the release covers them all.
-  named_barrier_sync(kBothConsumers, kThreads);
-  if (thread == 0 && !last) turn_pass(turn, key_block + 1);
 }
 #endif
 
@@ -640,9 +641,10 @@ __global__ void __launch_bounds__(HopperBackwardQShape<kD>::kThreads, 1)
 // first, so that short ones fill the tail. Its stream: the query tiles from the last down to the key block's
 // first key, each for every query head of the group, in that fixed order.
 // With dQ: a query tile's dQ sums over every key block up to its diagonal, and the blocks take turns on it (a
-// counter per tile) in key-block order, so that the sum's order, and dQ, are the same on every run: block 0 stores
-// its share, the next ones add theirs in L2 (red.add), and the diagonal block, the last, reads the sum, adds its
-// share and writes dQ in the input's dtype. Blocks that start together reach a tile at the same step (the stream
+// counter per tile) in key-block order, so that the sum's order, and dQ, are the same on every run: each block's
+// writer warp adds the block's share to the tile's fp32 sum (zeroed by the prologue) in L2 by one bulk reduction,
+// while the consumers go on with the next tiles (two share slots); the epilogue kernel scales and converts the sums
+// afterwards. Blocks that start together reach a tile at the same step (the stream
 // runs from the last tile down), so a turn costs the waits of the blocks before it, not their work; and a block
 // only ever waits for earlier key blocks, which come first in the grid, so the turns cannot deadlock on a block
 // not yet launched. That assumes what CUDA does but does not promise: blocks are dispatched in blockIdx order
@@ -703,6 +705,8 @@ __global__ void __launch_bounds__(HopperBackwardShape<kD, 128, kBackwardBoxRows,
         }
         barrier_arrive(block.full(slot));  // releases the writes to the consumers that wait on the phase
       }
+    } else if (warp_in_warpgroup() == 2) {  // the writer warp: each tile's dQ sum, in its turn
+      if constexpr (kGradQ) write_grad_q_sums(block, p, batch, k0, steps, head_of, q0_of);
     }
     return;
   }
@@ -737,33 +741,41 @@ __global__ void __launch_bounds__(HopperBackwardShape<kD, 128, kBackwardBoxRows,
     to_a_fragments<T, kBlockM>(probs, s);
     to_a_fragments<T, kBlockM>(ds, dp);
     if constexpr (kGradQ) {  // dS^T to shared memory, where its rows are the A operand of dQ
+      // A warpgroup's dQ reads only its own rows of dS^T.
+      if (i > 0) named_barrier_sync(1 + consumer, kWarpgroupThreads);  // every warp is past the last tile's dQ
       store_a_fragments_swizzled<kBlockM>(block.ds(consumer), ds);
       fence_shared_for_async();
-      named_barrier_sync(1 + consumer, kWarpgroupThreads);  // all four warps' rows
+      named_barrier_sync(1 + consumer, kWarpgroupThreads);  // every row stored
     }
     fence_operands(grad_v);
     fence_operands(grad_k);
     wgmma_fence();
     accumulate_product<T, kD, kBlockM>(grad_v, probs, block.stream_b(slot));  // dV += P^T dO
     accumulate_product<T, kD, kBlockM>(grad_k, ds, block.stream_a(slot));     // dK += dS^T Q
-    // With dQ, in the same group: this warpgroup's share of dQ = dS K, over its own 64 keys. dS^T is MN-major for dS
-    // (one panel: M = 64 needs no leading offset), K MN-major (its rows are the reduced dimension).
-    [[maybe_unused]] float grad_q[kD / 8][4];
     if constexpr (kGradQ) {
+      // In the same group, this warpgroup's share of dQ = dS K over its own 64 keys. dS^T is MN-major for dS (one
+      // panel: M = 64 needs no leading offset), K MN-major (its rows are the reduced dimension).
+      float grad_q[kD / 8][4];
 #pragma unroll
       for (int k = 0; k < kWarpgroupRows / 16; ++k)
         wgmma<T, 1, 1>(grad_q, mn_major_descriptor(block.ds(consumer), kWarpgroupRows, k),
                        mn_major_descriptor(my_k, kBlockN, k), k > 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    if constexpr (kGradQ) fence_operands(grad_q);
-    fence_operands(grad_v);
-    fence_operands(grad_k);
-    barrier_arrive(block.empty(slot));
-    if constexpr (kGradQ) {
-      store_grad_q_share<Shape>(grad_q, block, consumer);
-      add_grad_q_shares<T, Shape>(block, p, batch, head_of(i), q0, k0, scale);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(grad_q);
+      fence_operands(grad_v);
+      fence_operands(grad_k);
+      barrier_arrive(block.empty(slot));
+      const int share_slot = Block::share_slot_of(i);
+      barrier_wait(block.share_empty(share_slot), Block::share_parity(i) ^ 1);
+      store_grad_q_share<kD>(grad_q, block.grad_q_share(share_slot, consumer));
+      barrier_arrive(block.share_full(share_slot));
+    } else {
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(grad_v);
+      fence_operands(grad_k);
+      barrier_arrive(block.empty(slot));
     }
   }
 
@@ -787,9 +799,9 @@ __global__ void __launch_bounds__(HopperBackwardShape<kD, 128, kBackwardBoxRows,
 #endif  // TT_HOPPER_DEVICE
 }
 
-// The fused backward's first kernel: delta = rowsum(dO * O) of every query (a warp per 16 rows, written to
-// p.delta), and the dQ turn counters zeroed (a block per 64-query tile of one head and batch entry, the
-// counters' order).
+// The fused backward's first kernel, a block per 64-query tile of one head and batch entry (the turn counters' and
+// the dQ sums' order): delta = rowsum(dO * O) of every query (a warp per 16 rows, written to p.delta), the tile's
+// fp32 dQ sum and its turn counter zeroed.
 template <typename T, int kD>
 __global__ void __launch_bounds__(hopper::kWarpgroupThreads)
     flash_backward_prologue_hopper_kernel(const FlashBackwardParams p) {
@@ -802,7 +814,44 @@ __global__ void __launch_bounds__(hopper::kWarpgroupThreads)
   const int batch = static_cast<int>(blockIdx.x) / tiles / static_cast<int>(p.q_heads);
   const int warp_q0 = tile * kRows + hopper::kWarpRows * (static_cast<int>(threadIdx.x) / kMmaLanes);
   warp_rows_delta<T, kD>(p, batch, head, warp_q0, (static_cast<int64_t>(batch) * p.q_heads + head) * p.seq);
+  float4* sum = reinterpret_cast<float4*>(p.grad_q_accum) + static_cast<int64_t>(blockIdx.x) * kRows * kD / 4;
+  for (int v = static_cast<int>(threadIdx.x); v < kRows * kD / 4; v += hopper::kWarpgroupThreads)
+    sum[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   if (threadIdx.x == 0) p.grad_q_turns[blockIdx.x] = 0;
+}
+
+// The fused backward's last kernel, a block per 64-query tile as the prologue: dQ = the tile's fp32 sum times the
+// softmax scale, in the input's dtype. The sum is in the consumers' fragment order (store_grad_q_share):
+// float4 n * 128 + t holds thread t's fragment n, rows and columns as flash_fragments.cuh's c_row and c_col say for
+// warp t / 32, lane t % 32.
+template <typename T, int kD>
+__global__ void __launch_bounds__(hopper::kWarpgroupThreads)
+    flash_backward_epilogue_hopper_kernel(const FlashBackwardParams p) {
+  using Shape = HopperBackwardFusedShape<kD>;
+  constexpr int kRows = Shape::kStreamedRows;
+  const int seq = static_cast<int>(p.seq);
+  const int tiles = (seq + kRows - 1) / kRows;
+  const int tile = static_cast<int>(blockIdx.x) % tiles;
+  const int head = static_cast<int>(blockIdx.x) / tiles % static_cast<int>(p.q_heads);
+  const int batch = static_cast<int>(blockIdx.x) / tiles / static_cast<int>(p.q_heads);
+  const float scale = softmax_scale<kD>();
+  const float4* sum =
+      reinterpret_cast<const float4*>(p.grad_q_accum) + static_cast<int64_t>(blockIdx.x) * kRows * kD / 4;
+  T* out = head_ptr<T>(p.grad_q, p.grad_q_strides, batch, head);
+  const int thread = static_cast<int>(threadIdx.x);
+  const int warp_q0 = tile * kRows + hopper::kWarpRows * (thread / kMmaLanes);
+#pragma unroll
+  for (int n = 0; n < kD / 8; ++n) {
+    const float4 v = sum[n * hopper::kWarpgroupThreads + thread];
+    const float values[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int query = warp_q0 + c_row(2 * half);
+      if (query < seq)
+        *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(query) * p.grad_q_strides.seq + c_col(n, 0)) =
+            pack_pair<T>(values[2 * half] * scale, values[2 * half + 1] * scale);
+    }
+  }
 }
 
 template <typename Kernel>
@@ -815,11 +864,13 @@ LaunchStatus launch_backward(Kernel* kernel, int64_t items, int threads, int byt
   return last_launch_status();
 }
 
-// Head dim 64: the fused kernel after its prologue (delta, the turns). Head dim 128: FlashAttention-2's two
-// kernels, dQ first (its kernel also writes delta, which the dK/dV kernel reads). Each is where it measured faster
-// on an H100 (bf16, kernel_bench, one call; docs/attention.md): forward + backward at medium 137.8 vs 142.6 us,
-// long-context 664.4 vs 694.5; d128-s1024 395.2 vs 358.6, d128-s4096 1,721.8 vs 1,618.4 (the fused kernel at
-// head_dim 128 then split dQ's columns between the consumers).
+// Head dim 64: the fused kernel between its prologue (delta, the zeroed sums and turns) and epilogue (dQ). Head
+// dim 128: FlashAttention-2's two kernels, dQ first (its kernel also writes delta, which the dK/dV kernel reads).
+// Each is where it measured faster on an H100 (bf16, kernel_bench forward + backward, docs/attention.md): the fused
+// kernel with its writer warp against the two kernels in the same call, medium 142.4 vs 143.6 us, long-context
+// 585.7 vs 688.3. At head_dim 128 the fused block's shared memory (two fp32 share slots of 64 x 128 per consumer)
+// exceeds the 227 KB a block may have; an earlier fused version that split dQ's columns between the consumers and
+// added them itself measured slower there (d128-s1024 395.2 vs 358.6 us, d128-s4096 1,721.8 vs 1,618.4).
 template <typename T, int kD>
 LaunchStatus hopper_backward_for(const FlashBackwardParams& p, gpuStream_t stream) {
   constexpr bool kBf16 = std::is_same_v<T, bf16>;
@@ -842,10 +893,14 @@ LaunchStatus hopper_backward_for(const FlashBackwardParams& p, gpuStream_t strea
     if (query_tiles > std::numeric_limits<int>::max()) return {kTooManyItems};
     flash_backward_prologue_hopper_kernel<T, kD>
         <<<static_cast<unsigned>(query_tiles), hopper::kWarpgroupThreads, 0, stream>>>(p);
-    const LaunchStatus status = last_launch_status();
+    LaunchStatus status = last_launch_status();
     if (!status.ok()) return status;
-    return launch_backward(flash_backward_kv_hopper_kernel<T, kD, true>, key_blocks, Fused::kThreads, Fused::kBytes,
-                           maps, p, stream);
+    status = launch_backward(flash_backward_kv_hopper_kernel<T, kD, true>, key_blocks, Fused::kThreads, Fused::kBytes,
+                             maps, p, stream);
+    if (!status.ok()) return status;
+    flash_backward_epilogue_hopper_kernel<T, kD>
+        <<<static_cast<unsigned>(query_tiles), hopper::kWarpgroupThreads, 0, stream>>>(p);
+    return last_launch_status();
   } else {
     using Kv = HopperBackwardKvShape<kD>;
     const int64_t key_blocks = static_cast<int64_t>(blocks_for(p.seq, Kv::kResidentRows)) * p.kv_heads * p.batch;

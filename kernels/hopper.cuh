@@ -198,11 +198,20 @@ __device__ __forceinline__ void turn_wait(const int* turn, int mine) {
 __device__ __forceinline__ void turn_pass(int* turn, int next) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(next) : "memory");
 }
-// *address += value, four floats at once, done in L2 without returning anything (16-byte aligned).
-__device__ __forceinline__ void reduce_add(float* address, float4 value) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(address), "f"(value.x), "f"(value.y),
-               "f"(value.z), "f"(value.w)
+// global[0, bytes) += shared[0, bytes) in fp32, one thread's bulk copy (16-byte aligned, bytes a multiple of 16),
+// done in L2; bulk_wait_all waits for it.
+__device__ __forceinline__ void bulk_reduce_add(float* global, const void* shared, int bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               "cp.async.bulk.commit_group;\n" ::"l"(global),
+               "r"(shared_address(shared)), "r"(bytes)
                : "memory");
+}
+// Waits until this thread's bulk copies are complete: their writes done in global memory, their shared memory read.
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// Orders this thread's global-memory accesses through the generic proxy (ordinary loads and stores, acquire and
+// release) and through the async proxy (bulk copies) with each other, both ways.
+__device__ __forceinline__ void fence_global_between_proxies() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 // Makes this thread's ordinary shared-memory stores visible to the async proxy (wgmma's and TMA's reads); a
 // barrier among the writers must follow before the product is issued.

@@ -266,13 +266,14 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward_gpu(const torch
   if (!grad_k.defined()) grad_k = empty_bshd_as(k);
   if (!grad_v.defined()) grad_v = empty_bshd_as(v);
   auto delta = torch::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(torch::kFloat32));
-  // The fused Hopper backward sums dQ over key blocks in fp32, taking turns per query tile (its prologue zeroes the
-  // turns).
+  // The fused Hopper backward sums dQ over key blocks in fp32, in whole 64-query tiles, taking turns per tile (its
+  // kernels zero the sums and the turns).
   torch::Tensor grad_q_accum, grad_q_turns;
   if (kernel == kernels::FlashKernel::kHopper && kernels::hopper_backward_fused(q.size(3))) {
-    grad_q_accum = torch::empty(q.sizes(), q.options().dtype(torch::kFloat32));
-    grad_q_turns =
-        torch::empty({q.size(0), q.size(1), kernels::hopper_grad_q_tiles(q.size(2))}, q.options().dtype(torch::kInt32));
+    const int64_t tiles = kernels::hopper_grad_q_tiles(q.size(2));
+    grad_q_accum = torch::empty({q.size(0), q.size(1), tiles * kernels::kHopperGradQTileRows, q.size(3)},
+                                q.options().dtype(torch::kFloat32));
+    grad_q_turns = torch::empty({q.size(0), q.size(1), tiles}, q.options().dtype(torch::kInt32));
   }
   kernels::FlashBackwardParams params{};
   params.q = q.data_ptr();
