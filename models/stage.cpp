@@ -3,6 +3,7 @@
 #include <ATen/autocast_mode.h>
 
 #include "kernels/ops/cross_entropy.h"
+#include "kernels/ops/embedding.h"
 #include "kernels/ops/flash_attention.h"
 #include "kernels/ops/rms_norm.h"
 #include "kernels/ops/rope.h"
@@ -42,6 +43,7 @@ StageSpec v3_custom() {
   spec.name = "v3_custom";
   spec.summary =
       "v2 plus custom kernels: RMSNorm, RoPE, flash attention, SwiGLU and cross-entropy, forward and backward";
+  spec.embedding = EmbeddingKind::kOurKernel;
   spec.norm = NormKind::kOurKernel;
   spec.attention = AttentionKind::kOurFlash;
   spec.rope = RopeKind::kOurKernel;
@@ -274,6 +276,11 @@ torch::Tensor fused_linear_loss(const torch::Tensor& hidden, const torch::Tensor
                                    std::max<int64_t>(1, kLogitsChunkBytes / row_bytes));
 }
 
+// torch::embedding is what torch::nn::Embedding's forward runs (its backward: ATen's embedding_dense_backward).
+torch::Tensor reference_embedding(const torch::Tensor& weight, const torch::Tensor& ids) {
+  return torch::embedding(weight, ids);
+}
+
 torch::Tensor reference_swiglu(const torch::Tensor& gate_up) {
   const int64_t f = gate_up.size(-1) / 2;
   return reference::swiglu(gate_up.narrow(-1, 0, f), gate_up.narrow(-1, f, f));
@@ -289,6 +296,18 @@ const Entry& find_entry(const std::vector<Entry>& entries, Kind kind, const char
 }  // namespace
 
 // ---- The catalog: every implementation of every component ---------------------------------------------
+
+const std::vector<Implementation<EmbeddingKind, EmbeddingFn>>& embedding_implementations() {
+  static const std::vector<Implementation<EmbeddingKind, EmbeddingFn>> list = {
+      {EmbeddingKind::kReference, "reference",
+       "torch::embedding (backward: ATen's embedding_dense_backward, the gradient zeroed first)", reference_embedding},
+      {EmbeddingKind::kOurKernel, "tt::ops::embedding",
+       "ATen's lookup; our backward kernel writes every row of the gradient once, in a fixed order "
+       "(tt::ops::embedding)",
+       ops::embedding},
+  };
+  return list;
+}
 
 const std::vector<Implementation<NormKind, NormFn>>& norm_implementations() {
   static const std::vector<Implementation<NormKind, NormFn>> list = {
@@ -391,6 +410,9 @@ const std::vector<OptimizerImplementation>& optimizer_implementations() {
   return list;
 }
 
+const Implementation<EmbeddingKind, EmbeddingFn>& implementation(EmbeddingKind kind) {
+  return find_entry(embedding_implementations(), kind, "embedding");
+}
 const Implementation<NormKind, NormFn>& implementation(NormKind kind) {
   return find_entry(norm_implementations(), kind, "norm");
 }
@@ -419,7 +441,8 @@ nlohmann::json to_json(const StageSpec& s) {
       {"name", s.name},
       {"summary", s.summary},
       {"components",
-       {{"norm", implementation(s.norm).description},
+       {{"embedding", implementation(s.embedding).description},
+        {"norm", implementation(s.norm).description},
         {"rope", implementation(s.rope).description},
         {"attention", implementation(s.attention).description},
         {"qkv_projection", s.fused_qkv ? "fused (one GEMM)" : "separate q, k, v"},

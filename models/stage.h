@@ -23,6 +23,8 @@ namespace tt {
 
 // ---- What each component can be ---------------------------------------------------------------------
 
+// kOurKernel: ATen's lookup, our backward kernel (tt::ops::embedding: every row written once, no zeroing pass).
+enum class EmbeddingKind { kReference, kOurKernel };
 // kOurFusedResidual: our kernel with the residual add before the norm done inside it (tt::ops::add_rms_norm).
 enum class NormKind { kReference, kAtenFused, kOurKernel, kOurFusedResidual };
 // kOurKernelOnQkv: our kernel reading the fused QKV projection's output directly (tt::ops::rope_qkv).
@@ -53,6 +55,7 @@ enum class Pitfall { kNone, kMissingInit, kNonContiguous, kNoSyncTiming, kNaiveS
 struct StageSpec {
   std::string name;
   std::string summary;
+  EmbeddingKind embedding = EmbeddingKind::kReference;
   NormKind norm = NormKind::kReference;
   RopeKind rope = RopeKind::kReference;
   AttentionKind attention = AttentionKind::kMaskedMatmul;
@@ -120,6 +123,8 @@ struct ResidualNorm {
   torch::Tensor residual;
   torch::Tensor normalized;
 };
+// The token embedding: the table [V, H] looked up at ids [...] -> [..., H], differentiable in the table.
+using EmbeddingFn = torch::Tensor (*)(const torch::Tensor& weight, const torch::Tensor& ids);
 using NormFn = ResidualNorm (*)(const torch::Tensor& residual, const torch::Tensor& delta, const torch::Tensor& weight,
                                 double eps);
 // q [B, S, Hq, D], k [B, S, Hkv, D], cos/sin fp32 [S, D / 2] -> rotated (q, k).
@@ -164,6 +169,7 @@ struct OptimizerImplementation {
   const char* description;
 };
 
+const std::vector<Implementation<EmbeddingKind, EmbeddingFn>>& embedding_implementations();
 const std::vector<Implementation<NormKind, NormFn>>& norm_implementations();
 const std::vector<RopeImplementation>& rope_implementations();
 const std::vector<AttentionImplementation>& attention_implementations();
@@ -172,6 +178,7 @@ const std::vector<Implementation<LossKind, LossFn>>& loss_implementations();
 const std::vector<OptimizerImplementation>& optimizer_implementations();
 
 // The catalog entry of a kind.
+const Implementation<EmbeddingKind, EmbeddingFn>& implementation(EmbeddingKind kind);
 const Implementation<NormKind, NormFn>& implementation(NormKind kind);
 const RopeImplementation& implementation(RopeKind kind);
 const AttentionImplementation& implementation(AttentionKind kind);

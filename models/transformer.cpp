@@ -21,7 +21,7 @@ TransformerImpl::TransformerImpl(const ModelConfig& config, const StageSpec& spe
 
 torch::Tensor TransformerImpl::hidden_states(const torch::Tensor& input_ids, std::vector<KVCache>* caches) {
   if (before_weights_) before_weights_(-1);
-  ResidualStream stream{embed_tokens->forward(input_ids), torch::Tensor()};
+  ResidualStream stream{implementation(spec_.embedding).fn(embed_tokens->weight, input_ids), torch::Tensor()};
   for (size_t i = 0; i < layers->size(); ++i) {
     ScopedRange range("layer");
     if (before_weights_) before_weights_(static_cast<int64_t>(i));

@@ -3,14 +3,15 @@
 //  * fp32 forward and every gradient must match the plain reference ops (models/reference.h);
 //  * a float64 central-difference check verifies each hand-written backward formula;
 //  * bad inputs fail with messages that name the problem.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
 #include <functional>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <torch/torch.h>
-
 #include "kernels/ops/cross_entropy.h"
+#include "kernels/ops/embedding.h"
 #include "kernels/ops/naive_swiglu.h"
 #include "kernels/ops/rms_norm.h"
 #include "kernels/ops/rope.h"
@@ -305,6 +306,29 @@ TEST(OpsCpu, RopeRejectsBadInputs) {
   expect_error([&] { tt::ops::rope(q, k, cos, sin.to(torch::kFloat64)); }, "sin must be Float (fp32)");
   expect_error([&] { tt::ops::rope(q.to(torch::kInt64), k.to(torch::kInt64), cos, sin); },
                "q must be a floating-point");
+}
+
+// ---- Embedding ----------------------------------------------------------------------------------
+
+// On CPU tensors the op is ATen's lookup and ATen's backward: what the GPU tests compare our kernel with.
+TEST(OpsCpu, EmbeddingIsAtensOwnOnTheCpu) {
+  torch::manual_seed(30);
+  auto ids = torch::randint(10, {3, 7}, torch::kInt64);
+  auto weight = torch::randn({12, 5}).requires_grad_(true);
+  auto weight_ref = weight.detach().clone().requires_grad_(true);
+  auto out = tt::ops::embedding(weight, ids);
+  auto out_ref = torch::embedding(weight_ref, ids);
+  EXPECT_TRUE(torch::equal(out, out_ref));
+  auto grad_out = torch::randn_like(out_ref);
+  auto grad = grads_of({out}, {weight}, {grad_out})[0];
+  EXPECT_TRUE(torch::equal(grad, grads_of({out_ref}, {weight_ref}, {grad_out})[0]));
+  EXPECT_EQ(grad.narrow(0, 10, 2).abs().max().item<float>(), 0.0f) << "rows no id looks up";
+}
+
+TEST(OpsCpu, EmbeddingRejectsBadInputs) {
+  auto ids = torch::zeros({3}, torch::kInt64);
+  expect_error([&] { tt::ops::embedding(torch::randn({4, 8, 2}), ids); }, "weight must have shape [vocab, dim]");
+  expect_error([&] { tt::ops::embedding(torch::randn({4, 8}), ids.to(torch::kInt32)); }, "ids must be Long, got Int");
 }
 
 // ---- SwiGLU -------------------------------------------------------------------------------------

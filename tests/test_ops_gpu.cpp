@@ -2,6 +2,9 @@
 // reference op (models/reference.h): the output and every gradient, over dtypes and awkward shapes.
 //
 // Tolerances: tests/kernel_checks.h.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
 #include <cmath>
 #include <functional>
 #include <sstream>
@@ -9,10 +12,8 @@
 #include <tuple>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <torch/torch.h>
-
 #include "kernels/ops/cross_entropy.h"
+#include "kernels/ops/embedding.h"
 #include "kernels/ops/naive_swiglu.h"
 #include "kernels/ops/rms_norm.h"
 #include "kernels/ops/rope.h"
@@ -515,6 +516,79 @@ TEST(OpsGpu, SwigluRejectsBadInputs) {
         tt::ops::swiglu(torch::randn({4, 8}, gpu(torch::kFloat64)));
       },
       "the GPU kernel supports gate_up of dtype Float, BFloat16 or Half, got Double");
+}
+
+// ---- Embedding --------------------------------------------------------------------------------------
+
+// Our lookup's gradient against ATen's on the GPU (torch::embedding: sorted or atomic sums, zeroed first) and the
+// fp64 one, for ids drawn from the first `used` rows of a [vocab, dim] table.
+void check_embedding(int64_t vocab, int64_t dim, std::vector<int64_t> ids_shape, int64_t used,
+                     const std::string& label) {
+  auto ids = torch::randint(used, ids_shape, gpu(torch::kInt64));
+  auto weight_in = torch::randn({vocab, dim}, gpu());
+  auto out_sizes = ids_shape;
+  out_sizes.push_back(dim);
+  auto grad_out = torch::randn(out_sizes, gpu());
+  const std::string what = "embedding " + label + " vocab " + std::to_string(vocab) + " dim " + std::to_string(dim) +
+                           " ids " + shape_name(ids.sizes());
+
+  auto weight = leaf(weight_in);
+  auto out = tt::ops::embedding(weight, ids);
+  auto grad = grads_of({out}, {weight}, {grad_out})[0];
+  auto weight_same = leaf(weight_in);
+  auto out_same = torch::embedding(weight_same, ids);
+  auto grad_same = grads_of({out_same}, {weight_same}, {grad_out})[0];
+  auto weight64 = leaf(weight_in.to(torch::kFloat64).cpu());
+  auto out64 = torch::embedding(weight64, ids.cpu());
+  auto grad64 = grads_of({out64}, {weight64}, {grad_out.to(torch::kFloat64).cpu()})[0];
+
+  EXPECT_TRUE(torch::equal(out, out_same)) << what << ": the lookup is ATen's own";
+  expect_matches_reference(grad, grad_same, grad64, torch::kFloat32, 1e-6, what + " grad weight");
+  // Rows no id looks up are written as zeros, not left as they were.
+  if (used < vocab)
+    EXPECT_EQ(grad.narrow(0, used, vocab - used).abs().max().item<float>(), 0.0f) << what << ": unused rows";
+}
+
+TEST(OpsGpu, EmbeddingBackwardMatchesAtenOverShapes) {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(31);
+  check_embedding(1000, 512, {8, 128}, 1000, "workshop-sized");
+  check_embedding(7, 3, {5}, 7, "odd dim (no vector path)");
+  check_embedding(33, 130, {2, 1030}, 33, "many repeats, dim 130");
+  // Every id the same row, more positions than the block's list holds: summed in three passes.
+  check_embedding(5, 64, {3000}, 1, "one row at 3000 positions");
+  check_embedding(50000, 8, {3}, 50000, "few ids, large table");
+  check_embedding(10, 16, {0}, 10, "no ids");
+  check_embedding(300, 12, {4, 97}, 40, "a quarter of the rows used");
+}
+
+TEST(OpsGpu, EmbeddingBackwardIsBitwiseDeterministic) {
+  TT_REQUIRE_GPU();
+  torch::manual_seed(32);
+  auto ids = torch::randint(20, {4096}, gpu(torch::kInt64));  // ~200 positions per row
+  auto grad_out = torch::randn({4096, 256}, gpu());
+  auto run = [&] {
+    auto weight = leaf(torch::randn({20, 256}, gpu()));
+    return grads_of({tt::ops::embedding(weight, ids)}, {weight}, {grad_out})[0];
+  };
+  const auto first = run();
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(torch::equal(run(), first)) << "repeat " << i;
+}
+
+TEST(OpsGpu, EmbeddingRejectsBadInputs) {
+  TT_REQUIRE_GPU();
+  auto ids = torch::zeros({3}, gpu(torch::kInt64));
+  expect_error(
+      [&] {
+        tt::ops::embedding(torch::randn({4, 8}, gpu()).to(torch::kBFloat16), ids);
+      },
+      "the GPU backward writes an fp32 gradient, so weight must be Float, got BFloat16");
+  expect_error(
+      [&] {
+        tt::ops::embedding(torch::randn({4, 8}, gpu()), ids.to(torch::kInt32));
+      },
+      "ids must be Long, got Int");
+  expect_error([&] { tt::ops::embedding(torch::randn({4, 8}, gpu()), ids.cpu()); }, "ids are on cpu but weight is on");
 }
 
 // ---- Cross-entropy --------------------------------------------------------------------------------

@@ -70,6 +70,22 @@ std::vector<Case> entry_cases(const std::vector<Entry>& entries, int64_t forward
   return {forward, both};
 }
 
+// The token embedding: the fp32 table looked up at a step's ids (uniform over the vocabulary). Bytes: the
+// forward reads the looked-up rows and writes them; the backward reads their gradient and writes the table's
+// gradient whole (every row, zeros included, however it is done).
+std::vector<Case> embedding_cases(const BenchShape& shape, torch::ScalarType, c10::Device device) {
+  const int64_t rows = shape.tokens(), vocab = shape.vocab, hidden = shape.hidden;
+  auto options = torch::TensorOptions().device(device);
+  auto weight = 0.02 * torch::randn({vocab, hidden}, options);
+  auto ids = torch::randint(vocab, {rows}, options.dtype(torch::kInt64));
+  auto weight_g = leaf(weight);
+  const int64_t forward_bytes = 2 * rows * hidden * 4 + rows * 8;
+  const int64_t both_bytes = forward_bytes + rows * hidden * 4 + vocab * hidden * 4;
+  return entry_cases(
+      embedding_implementations(), forward_bytes, both_bytes, {weight_g}, {torch::randn({rows, hidden}, options)},
+      [=](EmbeddingFn fn, bool leaves) { return std::vector<torch::Tensor>{fn(leaves ? weight_g : weight, ids)}; });
+}
+
 constexpr double kNormEps = 1e-6;
 
 // The residual add and the RMSNorm after it, as a pre-norm block runs them. In bf16 the residual stream is
@@ -325,9 +341,9 @@ std::vector<Case> adamw_cases(const BenchShape& shape, torch::ScalarType dtype, 
 
 const std::vector<std::pair<std::string, CaseBuilder>>& builders() {
   static const std::vector<std::pair<std::string, CaseBuilder>> list = {
-      {"rms_norm", norm_cases},      {"rope", rope_cases},         {"rope_qkv", rope_qkv_cases},
-      {"attention", attention_cases}, {"attention_rope", attention_rope_cases},
-      {"swiglu", activation_cases},  {"cross_entropy", loss_cases}, {"sdpa_gqa", sdpa_gqa_cases},
+      {"embedding", embedding_cases}, {"rms_norm", norm_cases},       {"rope", rope_cases},
+      {"rope_qkv", rope_qkv_cases},   {"attention", attention_cases}, {"attention_rope", attention_rope_cases},
+      {"swiglu", activation_cases},   {"cross_entropy", loss_cases},  {"sdpa_gqa", sdpa_gqa_cases},
       {"adamw", adamw_cases},
   };
   return list;

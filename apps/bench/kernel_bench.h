@@ -29,7 +29,7 @@ struct BenchShape {
 };
 // workshop, medium (the default), and long sequences for attention: long-context, d128-s1024, d128-s4096.
 const std::vector<BenchShape>& shapes();
-// The benchmarked families, in order, named after the ops: rms_norm, rope, attention, swiglu and
+// The benchmarked families, in order, named after the ops: embedding, rms_norm, rope, attention, swiglu and
 // cross_entropy (one per catalog component), rope_qkv (RoPE's fused-QKV forms), attention_rope (RoPE and
 // attention from the fused QKV output, as v4 needs them), plus sdpa_gqa (the measurement behind the SDPA entry's fp32
 // GQA rule) and adamw (the optimizer step over one layer's and the embedding's parameters).

@@ -1,0 +1,87 @@
+// Embedding backward: one block per row of the table. The block finds, in ascending order, the positions that
+// looked its row up (a scan of the ids, a tile of block-size ids at a time, warps taking their matches' places in
+// order by ballot), and then sums those positions' gradient rows column by column in that order. ATen's
+// embedding_dense_backward zeroes the table's gradient in a pass of its own and then sums into it (for many ids,
+// after sorting them: a dozen kernels); writing every row once, zeros included, needs neither. A row looked up at
+// more positions than the shared list holds is summed in several passes, each adding to the row it wrote before.
+#include "embedding.cuh"
+
+namespace tt::kernels {
+namespace {
+
+constexpr int kThreads = 128;        // a multiple of kMaxWarpSize: whole warps on both vendors
+constexpr int kListCapacity = 1024;  // positions held in shared memory per pass (a multiple of kThreads)
+static_assert(kThreads % kMaxWarpSize == 0 && kListCapacity % kThreads == 0, "whole warps, whole tiles");
+
+// Lanes of the calling warp whose predicate holds, bit l for lane l (64 bits: AMD's wavefronts are 64 lanes).
+__device__ __forceinline__ unsigned long long warp_ballot(bool predicate) {
+#if defined(__HIP__)
+  return __ballot(predicate);
+#else
+  return __ballot_sync(0xffffffffu, predicate);
+#endif
+}
+
+template <int kVec>
+__global__ void __launch_bounds__(kThreads) embedding_backward_kernel(EmbeddingBackwardParams p) {
+  __shared__ int positions[kListCapacity];  // this row's positions, ascending (tokens < 2^31: the op checks)
+  __shared__ int warp_counts[kThreads / warp_size()];
+  const int64_t row = blockIdx.x;
+  const int lane = lane_id();
+  const int warp = static_cast<int>(threadIdx.x) / warp_size();
+  const int warps = kThreads / warp_size();
+  float* out = p.grad_weight + row * p.dim;
+
+  int64_t next = 0;  // the first id not yet scanned
+  bool first_pass = true;
+  do {
+    // Collect positions until the list could overflow with another tile.
+    int count = 0;
+    for (; next < p.tokens && count + kThreads <= kListCapacity; next += kThreads) {
+      const int64_t i = next + threadIdx.x;
+      const bool hit = i < p.tokens && p.ids[i] == row;
+      const unsigned long long lanes = warp_ballot(hit);
+      if (lane == 0) warp_counts[warp] = __popcll(lanes);
+      __syncthreads();
+      int before = count;  // matches of lower warps in this tile, then of lower lanes in this warp
+      for (int w = 0; w < warp; ++w) before += warp_counts[w];
+      if (hit) positions[before + __popcll(lanes & ((1ull << lane) - 1))] = static_cast<int>(i);
+      for (int w = 0; w < warps; ++w) count += warp_counts[w];
+      __syncthreads();  // warp_counts is rewritten by the next tile
+    }
+    // Sum the listed positions' rows, in list order, onto what earlier passes wrote (or zeros).
+    for (int64_t col = static_cast<int64_t>(threadIdx.x) * kVec; col < p.dim; col += kThreads * kVec) {
+      Pack<float, kVec> acc;
+      if (first_pass) {
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) acc.values[v] = 0.0f;
+      } else {
+        acc = load_pack<kVec>(out + col);
+      }
+      for (int m = 0; m < count; ++m) {
+        const Pack<float, kVec> g = load_pack<kVec>(p.grad_out + static_cast<int64_t>(positions[m]) * p.dim + col);
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) acc.values[v] += g.values[v];
+      }
+      store_pack<kVec>(out + col, acc);
+    }
+    first_pass = false;
+    __syncthreads();  // every thread is done with the list before the next pass refills it
+  } while (next < p.tokens);
+}
+
+}  // namespace
+
+LaunchStatus embedding_backward(const EmbeddingBackwardParams& params, void* stream) {
+  if (params.vocab == 0 || params.dim == 0) return {};
+  const gpuStream_t s = to_stream(stream);
+  const dim3 grid(static_cast<unsigned>(params.vocab));
+  if (use_wide<float>(params.dim, {params.grad_out, params.grad_weight})) {
+    embedding_backward_kernel<kWideVec<float>><<<grid, kThreads, 0, s>>>(params);
+  } else {
+    embedding_backward_kernel<1><<<grid, kThreads, 0, s>>>(params);
+  }
+  return last_launch_status();
+}
+
+}  // namespace tt::kernels
