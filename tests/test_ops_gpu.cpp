@@ -538,9 +538,9 @@ void check_embedding(int64_t vocab, int64_t dim, std::vector<int64_t> ids_shape,
   auto weight_same = leaf(weight_in);
   auto out_same = torch::embedding(weight_same, ids);
   auto grad_same = grads_of({out_same}, {weight_same}, {grad_out})[0];
-  auto weight64 = leaf(weight_in.to(torch::kFloat64).cpu());
-  auto out64 = torch::embedding(weight64, ids.cpu());
-  auto grad64 = grads_of({out64}, {weight64}, {grad_out.to(torch::kFloat64).cpu()})[0];
+  auto weight64 = leaf(weight_in.to(torch::kFloat64));
+  auto out64 = torch::embedding(weight64, ids);
+  auto grad64 = grads_of({out64}, {weight64}, {grad_out.to(torch::kFloat64)})[0];
 
   EXPECT_TRUE(torch::equal(out, out_same)) << what << ": the lookup is ATen's own";
   expect_matches_reference(grad, grad_same, grad64, torch::kFloat32, 1e-6, what + " grad weight");
