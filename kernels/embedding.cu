@@ -1,15 +1,17 @@
-// Embedding backward: one block per row of the table. The block finds, in ascending order, the positions that
-// looked its row up (a scan of the ids, a tile of block-size ids at a time, warps taking their matches' places in
-// order by ballot), and then sums those positions' gradient rows column by column in that order. ATen's
-// embedding_dense_backward zeroes the table's gradient in a pass of its own and then sums into it (for many ids,
-// after sorting them: a dozen kernels); writing every row once, zeros included, needs neither. A row looked up at
-// more positions than the shared list holds is summed in several passes, each adding to the row it wrote before.
+// Embedding backward: one block per kRowsPerBlock rows of the table. The block finds, in ascending order, the
+// positions that looked one of its rows up (a scan of the ids, a tile of block-size ids at a time, warps taking
+// their matches' places in order by ballot), and then sums, row by row, those positions' gradient rows column by
+// column in that order. ATen's embedding_dense_backward zeroes the table's gradient in a pass of its own and then
+// sums into it (for many ids, after sorting them: a dozen kernels); writing every row once, zeros included, needs
+// neither. Rows looked up at more positions than the shared list holds are summed in several passes, each adding
+// to the rows it wrote before.
 #include "embedding.cuh"
 
 namespace tt::kernels {
 namespace {
 
 constexpr int kThreads = 128;        // a multiple of kMaxWarpSize: whole warps on both vendors
+constexpr int kRowsPerBlock = 8;     // table rows per block: each scan of the ids serves this many
 constexpr int kListCapacity = 1024;  // positions held in shared memory per pass (a multiple of kThreads)
 static_assert(kThreads % kMaxWarpSize == 0 && kListCapacity % kThreads == 0, "whole warps, whole tiles");
 
@@ -24,13 +26,15 @@ __device__ __forceinline__ unsigned long long warp_ballot(bool predicate) {
 
 template <int kVec>
 __global__ void __launch_bounds__(kThreads) embedding_backward_kernel(EmbeddingBackwardParams p) {
-  __shared__ int positions[kListCapacity];  // this row's positions, ascending (tokens < 2^31: the op checks)
+  // The listed positions, ascending (tokens < 2^31: the op checks), and which of the block's rows each looked up.
+  __shared__ int positions[kListCapacity];
+  __shared__ int8_t rows_of[kListCapacity];
   __shared__ int warp_counts[kThreads / warp_size()];
-  const int64_t row = blockIdx.x;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
+  const int rows = static_cast<int>(p.vocab - row0 < kRowsPerBlock ? p.vocab - row0 : kRowsPerBlock);
   const int lane = lane_id();
   const int warp = static_cast<int>(threadIdx.x) / warp_size();
   const int warps = kThreads / warp_size();
-  float* out = p.grad_weight + row * p.dim;
 
   int64_t next = 0;  // the first id not yet scanned
   bool first_pass = true;
@@ -39,31 +43,40 @@ __global__ void __launch_bounds__(kThreads) embedding_backward_kernel(EmbeddingB
     int count = 0;
     for (; next < p.tokens && count + kThreads <= kListCapacity; next += kThreads) {
       const int64_t i = next + threadIdx.x;
-      const bool hit = i < p.tokens && p.ids[i] == row;
+      const int64_t r = i < p.tokens ? p.ids[i] - row0 : -1;
+      const bool hit = r >= 0 && r < rows;
       const unsigned long long lanes = warp_ballot(hit);
       if (lane == 0) warp_counts[warp] = __popcll(lanes);
       __syncthreads();
-      int before = count;  // matches of lower warps in this tile, then of lower lanes in this warp
-      for (int w = 0; w < warp; ++w) before += warp_counts[w];
-      if (hit) positions[before + __popcll(lanes & ((1ull << lane) - 1))] = static_cast<int>(i);
+      int slot = count;  // matches of lower warps in this tile, then of lower lanes in this warp
+      for (int w = 0; w < warp; ++w) slot += warp_counts[w];
+      if (hit) {
+        slot += __popcll(lanes & ((1ull << lane) - 1));
+        positions[slot] = static_cast<int>(i);
+        rows_of[slot] = static_cast<int8_t>(r);
+      }
       for (int w = 0; w < warps; ++w) count += warp_counts[w];
       __syncthreads();  // warp_counts is rewritten by the next tile
     }
-    // Sum the listed positions' rows, in list order, onto what earlier passes wrote (or zeros).
-    for (int64_t col = static_cast<int64_t>(threadIdx.x) * kVec; col < p.dim; col += kThreads * kVec) {
-      Pack<float, kVec> acc;
-      if (first_pass) {
+    // Each row: the sum of its listed positions' rows, in list order, onto what earlier passes wrote (or zeros).
+    for (int r = 0; r < rows; ++r) {
+      float* out = p.grad_weight + (row0 + r) * p.dim;
+      for (int64_t col = static_cast<int64_t>(threadIdx.x) * kVec; col < p.dim; col += kThreads * kVec) {
+        Pack<float, kVec> acc;
+        if (first_pass) {
 #pragma unroll
-        for (int v = 0; v < kVec; ++v) acc.values[v] = 0.0f;
-      } else {
-        acc = load_pack<kVec>(out + col);
-      }
-      for (int m = 0; m < count; ++m) {
-        const Pack<float, kVec> g = load_pack<kVec>(p.grad_out + static_cast<int64_t>(positions[m]) * p.dim + col);
+          for (int v = 0; v < kVec; ++v) acc.values[v] = 0.0f;
+        } else {
+          acc = load_pack<kVec>(out + col);
+        }
+        for (int m = 0; m < count; ++m) {
+          if (rows_of[m] != r) continue;
+          const Pack<float, kVec> g = load_pack<kVec>(p.grad_out + static_cast<int64_t>(positions[m]) * p.dim + col);
 #pragma unroll
-        for (int v = 0; v < kVec; ++v) acc.values[v] += g.values[v];
+          for (int v = 0; v < kVec; ++v) acc.values[v] += g.values[v];
+        }
+        store_pack<kVec>(out + col, acc);
       }
-      store_pack<kVec>(out + col, acc);
     }
     first_pass = false;
     __syncthreads();  // every thread is done with the list before the next pass refills it
@@ -75,7 +88,7 @@ __global__ void __launch_bounds__(kThreads) embedding_backward_kernel(EmbeddingB
 LaunchStatus embedding_backward(const EmbeddingBackwardParams& params, void* stream) {
   if (params.vocab == 0 || params.dim == 0) return {};
   const gpuStream_t s = to_stream(stream);
-  const dim3 grid(static_cast<unsigned>(params.vocab));
+  const dim3 grid(static_cast<unsigned>((params.vocab + kRowsPerBlock - 1) / kRowsPerBlock));
   if (use_wide<float>(params.dim, {params.grad_out, params.grad_weight})) {
     embedding_backward_kernel<kWideVec<float>><<<grid, kThreads, 0, s>>>(params);
   } else {

@@ -545,8 +545,9 @@ void check_embedding(int64_t vocab, int64_t dim, std::vector<int64_t> ids_shape,
   EXPECT_TRUE(torch::equal(out, out_same)) << what << ": the lookup is ATen's own";
   expect_matches_reference(grad, grad_same, grad64, torch::kFloat32, 1e-6, what + " grad weight");
   // Rows no id looks up are written as zeros, not left as they were.
-  if (used < vocab)
+  if (used < vocab) {
     EXPECT_EQ(grad.narrow(0, used, vocab - used).abs().max().item<float>(), 0.0f) << what << ": unused rows";
+  }
 }
 
 TEST(OpsGpu, EmbeddingBackwardMatchesAtenOverShapes) {
@@ -557,6 +558,7 @@ TEST(OpsGpu, EmbeddingBackwardMatchesAtenOverShapes) {
   check_embedding(33, 130, {2, 1030}, 33, "many repeats, dim 130");
   // Every id the same row, more positions than the block's list holds: summed in three passes.
   check_embedding(5, 64, {3000}, 1, "one row at 3000 positions");
+  check_embedding(9, 64, {3000}, 3, "three rows of one block at 1000 positions each");
   check_embedding(50000, 8, {3}, 50000, "few ids, large table");
   check_embedding(10, 16, {0}, 10, "no ids");
   check_embedding(300, 12, {4, 97}, 40, "a quarter of the rows used");
