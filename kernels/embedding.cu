@@ -14,17 +14,9 @@ constexpr int kThreads = 128;        // a multiple of kMaxWarpSize: whole warps 
 constexpr int kListCapacity = 1024;  // positions held in shared memory per pass (a multiple of kThreads)
 static_assert(kThreads % kMaxWarpSize == 0 && kListCapacity % kThreads == 0, "whole warps, whole tiles");
 
-// Lanes of the calling warp whose predicate holds, bit l for lane l (64 bits: AMD's wavefronts are 64 lanes).
-__device__ __forceinline__ unsigned long long warp_ballot(bool predicate) {
-#if defined(__HIP__)
-  return __ballot(predicate);
-#else
-  return __ballot_sync(0xffffffffu, predicate);
-#endif
-}
-
 template <int kVec, int kRows>
 __global__ void __launch_bounds__(kThreads) embedding_backward_kernel(EmbeddingBackwardParams p) {
+  static_assert(kRows <= INT8_MAX, "rows_of holds a row of the block in an int8_t");
   // The listed positions, ascending (tokens < 2^31: the op checks), and which of the block's rows each looked up.
   __shared__ int positions[kListCapacity];
   __shared__ int8_t rows_of[kListCapacity];
@@ -84,8 +76,9 @@ __global__ void __launch_bounds__(kThreads) embedding_backward_kernel(EmbeddingB
 
 // Rows per block: one, unless that makes more than kManyBlocks blocks; then eight, so that each scan of the ids
 // serves eight rows. Each block's scan is a chain of waits on memory, hidden only by other blocks: a 1,000-row
-// table at 8,192 ids took 47 us with a block per row and 91 us with eight rows per block (125 blocks); a 32,000-row
-// one at 2,048 ids, 120 us with eight (H100; README, "v4 is GPU-bound").
+// table at 8,192 ids took 47 us with a block per row and 91 us with eight rows per block (125 blocks, in v4's
+// profile); a 32,000-row one at 2,048 ids, 204.0 us forward + backward with a block per row and 136.1 with eight
+// (kernel_bench; H100). kManyBlocks lies between those two sizes and was not tuned further.
 constexpr int64_t kManyBlocks = 8192;
 
 template <int kVec>

@@ -390,7 +390,7 @@ struct HopperBackwardShape {
                 "swizzled tiles start 1024-byte aligned");
   static_assert(!kGradQ || kStreamedRows == hopper::kPanelColumns, "dS^T is one panel wide");
   static_assert(kGradQShares % 128 == 0 && kStaging % 16 == 0 && kBarriers % 8 == 0,
-                "shares and staging rows 16-byte aligned (bulk copies want 128), barriers 8-byte words");
+                "shares and staging rows 16-byte aligned (bulk copies need 16; 128 keeps whole L2 lines), barriers 8-byte words");
   static_assert(kResidentRows % kBackwardBoxRows == 0 && kStreamedRows % kBackwardBoxRows == 0,
                 "tiles are copied in whole boxes");
 };

@@ -186,7 +186,8 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 // Waits until *turn == mine (acquire: what the previous holder wrote before passing the turn is then visible to
-// this thread, and to the others of its block after a barrier). One thread per block waits.
+// this thread, and to the others of its block after a barrier). One thread per block waits. Bulk copies (the async
+// proxy) issued after it must follow a fence_global_between_proxies.
 __device__ __forceinline__ void turn_wait(const int* turn, int mine) {
   int now;
   do {
@@ -194,7 +195,8 @@ __device__ __forceinline__ void turn_wait(const int* turn, int mine) {
   } while (now != mine);
 }
 // Passes the turn on (release: after a barrier, it covers what every thread of that barrier wrote before it, since
-// the barrier orders their writes before this store; threads outside the barrier are not covered).
+// the barrier orders their writes before this store; threads outside the barrier are not covered). Bulk copies
+// before it are covered only once waited for (bulk_wait_all) and followed by a fence_global_between_proxies.
 __device__ __forceinline__ void turn_pass(int* turn, int next) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(next) : "memory");
 }

@@ -221,6 +221,17 @@ __device__ constexpr int warp_size() {
 #endif
 }
 
+// Lanes of the calling warp whose predicate holds, bit l for lane l (64 bits: AMD's wavefronts are 64 lanes).
+// Every lane of the warp must call it.
+__device__ __forceinline__ unsigned long long warp_ballot(bool predicate) {
+#if defined(__HIP__)
+  // ROCm 5 has no _sync ballot; a wavefront executes in lockstep, so none is needed.
+  return __ballot(predicate);
+#else
+  return __ballot_sync(0xffffffffu, predicate);
+#endif
+}
+
 __device__ __forceinline__ float shfl_xor(float value, int lane_mask) {
 #if defined(__HIP__)
   // ROCm 5 has no _sync shuffles; a wavefront executes in lockstep, so none is needed.

@@ -42,7 +42,8 @@ StageSpec v3_custom() {
   StageSpec spec = v2_fused();
   spec.name = "v3_custom";
   spec.summary =
-      "v2 plus custom kernels: RMSNorm, RoPE, flash attention, SwiGLU and cross-entropy, forward and backward";
+      "v2 plus custom kernels: RMSNorm, RoPE, flash attention, SwiGLU and cross-entropy, forward and backward, and "
+      "the token embedding's backward";
   spec.embedding = EmbeddingKind::kOurKernel;
   spec.norm = NormKind::kOurKernel;
   spec.attention = AttentionKind::kOurFlash;

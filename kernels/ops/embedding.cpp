@@ -34,7 +34,8 @@ void check_inputs(const torch::Tensor& weight, const torch::Tensor& ids) {
 }
 
 #ifdef TT_HAVE_GPU_KERNELS
-// ids contiguous; grad_out [..., dim], the gradient of the fp32 lookup (copied contiguous fp32 if it is not).
+// ids contiguous; grad_out [..., dim], the gradient of the fp32 lookup (copied contiguous fp32 if it is not). The
+// ids are in [0, vocab): the forward's at::embedding refused any other (the kernel would skip one silently).
 torch::Tensor backward_gpu(const torch::Tensor& grad_out, const torch::Tensor& ids, int64_t vocab) {
   c10::DeviceGuard guard(grad_out.device());
   const int64_t dim = grad_out.size(-1);
