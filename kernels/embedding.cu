@@ -2,7 +2,7 @@
 // positions that looked one of its rows up (a scan of the ids, a tile of block-size ids at a time, warps taking
 // their matches' places in order by ballot), and then sums, row by row, those positions' gradient rows column by
 // column in that order. ATen's embedding_dense_backward zeroes the table's gradient in a pass of its own and then
-// sums into it (for many ids, after sorting them: a dozen kernels); writing every row once, zeros included, needs
+// sums into it (for many ids, after sorting them: about twenty kernels); writing every row once, zeros included, needs
 // neither. Rows looked up at more positions than the shared list holds are summed in several passes, each adding
 // to the rows it wrote before.
 #include "embedding.cuh"
