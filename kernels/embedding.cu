@@ -2,8 +2,8 @@
 // positions that looked one of its rows up (a scan of the ids, a tile of block-size ids at a time, warps taking
 // their matches' places in order by ballot), and then sums, row by row, those positions' gradient rows column by
 // column in that order. ATen's embedding_dense_backward zeroes the table's gradient in a pass of its own and then
-// sums into it (for many ids, after sorting them: about twenty kernels); writing every row once, zeros included, needs
-// neither. Rows looked up at more positions than the shared list holds are summed in several passes, each adding
+// sums into it (for many ids, after sorting them: about twenty kernels); writing every row once, zeros included,
+// needs neither. Rows looked up at more positions than the shared list holds are summed in several passes, each adding
 // to the rows it wrote before.
 #include "embedding.cuh"
 
@@ -80,11 +80,13 @@ __global__ void __launch_bounds__(kThreads) embedding_backward_kernel(EmbeddingB
 // profile); a 32,000-row one at 2,048 ids, 204.0 us forward + backward with a block per row and 136.1 with eight
 // (kernel_bench; H100). kManyBlocks lies between those two sizes and was not tuned further.
 constexpr int64_t kManyBlocks = 8192;
+constexpr int kRowsWhenMany = 8;
 
 template <int kVec>
 void launch(const EmbeddingBackwardParams& params, gpuStream_t stream) {
   if (params.vocab > kManyBlocks) {
-    embedding_backward_kernel<kVec, 8><<<static_cast<unsigned>((params.vocab + 7) / 8), kThreads, 0, stream>>>(params);
+    const auto blocks = static_cast<unsigned>((params.vocab + kRowsWhenMany - 1) / kRowsWhenMany);
+    embedding_backward_kernel<kVec, kRowsWhenMany><<<blocks, kThreads, 0, stream>>>(params);
   } else {
     embedding_backward_kernel<kVec, 1><<<static_cast<unsigned>(params.vocab), kThreads, 0, stream>>>(params);
   }

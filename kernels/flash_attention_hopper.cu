@@ -390,7 +390,8 @@ struct HopperBackwardShape {
                 "swizzled tiles start 1024-byte aligned");
   static_assert(!kGradQ || kStreamedRows == hopper::kPanelColumns, "dS^T is one panel wide");
   static_assert(kGradQShares % 128 == 0 && kStaging % 16 == 0 && kBarriers % 8 == 0,
-                "shares and staging rows 16-byte aligned (bulk copies need 16; 128 keeps whole L2 lines), barriers 8-byte words");
+                "shares and staging rows 16-byte aligned (bulk copies need 16; 128 keeps whole L2 lines), "
+                "barriers 8-byte words");
   static_assert(kResidentRows % kBackwardBoxRows == 0 && kStreamedRows % kBackwardBoxRows == 0,
                 "tiles are copied in whole boxes");
 };
@@ -868,9 +869,10 @@ LaunchStatus launch_backward(Kernel* kernel, int64_t items, int threads, int byt
 // dim 128: FlashAttention-2's two kernels, dQ first (its kernel also writes delta, which the dK/dV kernel reads).
 // Each is where it measured faster on an H100 (bf16, kernel_bench forward + backward, docs/attention.md): the fused
 // kernel with its writer warp against the two kernels in the same call, long-context 585.7 vs 688.3 us (medium
-// 142.4 vs 143.6, inside the repeat band). At head_dim 128 the fused block's shared memory (two fp32 share slots of 64 x 128 per consumer)
-// exceeds the 227 KB a block may have; an earlier fused version that split dQ's columns between the consumers and
-// added them itself measured slower there (d128-s1024 395.2 vs 358.6 us, d128-s4096 1,721.8 vs 1,618.4).
+// 142.4 vs 143.6, inside the repeat band). At head_dim 128 the fused block's shared memory (two fp32 share slots
+// of 64 x 128 per consumer) exceeds the 227 KB a block may have; an earlier fused version that split dQ's columns
+// between the consumers and added them itself measured slower there (d128-s1024 395.2 vs 358.6 us, d128-s4096
+// 1,721.8 vs 1,618.4).
 template <typename T, int kD>
 LaunchStatus hopper_backward_for(const FlashBackwardParams& p, gpuStream_t stream) {
   constexpr bool kBf16 = std::is_same_v<T, bf16>;
