@@ -24,9 +24,17 @@ struct AdamWTensor {
   int64_t numel;
 };
 
-// The most tensors one launch takes: 48 * 56 bytes of tensors plus their block offsets stay under the
-// 4 KB of kernel arguments that every CUDA and HIP version accepts. Longer lists take several launches.
+// The most tensors one launch takes; longer lists take several launches. HIP: 48 * 56 bytes of tensors plus
+// their block offsets stay under the 4 KB of kernel arguments that every HIP version accepts. CUDA accepts
+// 32,764 bytes since 12.1 (on Volta and newer; we build for sm_80 and up): 128 tensors take 8.2 KB, so that the
+// workshop's 50 parameters and medium's 98 go in one launch (they took two and three of 48).
+// Both sides must agree on the list's layout: hipcc defines __HIP__ for the kernels, CMake TT_BACKEND_HIP for the
+// op layer that fills the lists.
+#if defined(__HIP__) || defined(TT_BACKEND_HIP)
 constexpr int kAdamWTensorsPerLaunch = 48;
+#else
+constexpr int kAdamWTensorsPerLaunch = 128;
+#endif
 
 // Elements one block updates: 512 threads x 4 elements x 8 rounds. Large enough that block scheduling
 // costs nothing, small enough that the workshop model's ~31M parameters spread over ~1900 blocks.

@@ -14,10 +14,11 @@ using testing::compare_with_torch_adamw;
 
 const torch::Device kGpu(torch::kCUDA, 0);
 
-// 100 tensors (three launches of at most 48), sizes around the 16384-element chunk and odd ones.
-std::vector<std::vector<int64_t>> many_odd_shapes() {
+// `count` tensors, sizes around the 16384-element chunk and odd ones. 300 take three launches of at most 128 on
+// CUDA and seven of 48 on HIP (kernels/adamw.cuh); 100, one and three.
+std::vector<std::vector<int64_t>> many_odd_shapes(size_t count = 300) {
   std::vector<std::vector<int64_t>> shapes = {{1}, {16383}, {16384}, {16385}, {3, 11111}, {512, 513}};
-  for (int64_t i = 0; shapes.size() < 100; ++i) shapes.push_back({1 + 37 * i});
+  for (int64_t i = 0; shapes.size() < count; ++i) shapes.push_back({1 + 37 * i});
   return shapes;
 }
 
@@ -54,7 +55,9 @@ TEST(AdamWGpu, CopiesAreTheRoundedMastersAndCopyGradientsJoin) {
 
 TEST(AdamWGpu, Bf16MomentsTrackTorchAdamW) {
   TT_REQUIRE_GPU();
-  testing::expect_bf16_moments_track_torch_adamw(many_odd_shapes(), 40, kGpu);
+  // The 100 tensors its bounds were set with: over 300, the largest relative moment difference reached 1.14e-2
+  // (H100), the tail of a distribution (moments near zero) rather than a different rounding.
+  testing::expect_bf16_moments_track_torch_adamw(many_odd_shapes(100), 40, kGpu);
 }
 
 // The kernel's bf16 moments against the CPU formulation of the same arithmetic (kernels/ops/adamw.cpp): the

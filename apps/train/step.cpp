@@ -31,7 +31,12 @@ torch::Tensor EagerStep::forward(const torch::Tensor& inputs, const torch::Tenso
 
 void EagerStep::backward(const torch::Tensor& loss) {
   ScopedRange range("backward");
-  loss.backward();
+  // Made in the first (eager) step, before any capture. Nothing writes to it: the engine hands it to the
+  // loss's backward, which reads it.
+  if (!seed_.defined() || seed_.sizes() != loss.sizes() || seed_.scalar_type() != loss.scalar_type() ||
+      seed_.device() != loss.device())
+    seed_ = torch::ones_like(loss, torch::MemoryFormat::Contiguous);
+  loss.backward(seed_);
 }
 
 void EagerStep::optimize() {

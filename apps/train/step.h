@@ -76,6 +76,9 @@ class EagerStep final : public StepRunner {
   Optimizer& optimizer_;
   int64_t accum_steps_;
   StepHooks* hooks_;  // never null: the do-nothing hooks when none were given
+  // d(loss)/d(loss) = 1, the backward's seed, made once and kept: loss.backward() would make a new one in
+  // every backward, a fill kernel in every replay of v4's graph.
+  torch::Tensor seed_;
 };
 
 // Rows [i * B, (i + 1) * B) of a batch of k micro-batches of B rows (a view: no copy, and under a graph

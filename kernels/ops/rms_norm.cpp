@@ -191,6 +191,10 @@ variable_list forward_impl(AutogradContext* ctx, const torch::Tensor& x, const t
   }
   const torch::Tensor residual_out = delta.defined() ? out.residual_out : x;
   ctx->save_for_backward({delta.defined() ? out.residual_out : x_used, weight, out.inv_rms});
+  // A gradient that does not arrive stays undefined rather than a tensor of zeros (a fill kernel, and the
+  // backward reading it): the model's final norm, whose residual_out nothing reads, got one every step, as did
+  // every plain rms_norm. The backward handles both undefined (grad_residual: the kernel skips it).
+  ctx->set_materialize_grads(false);
   ctx->saved_data["has_delta"] = delta.defined();
   ctx->saved_data["out_dtype"] = static_cast<int64_t>(out_dtype);
   return {out.y, residual_out};
