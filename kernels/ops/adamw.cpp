@@ -310,8 +310,7 @@ void adamw_step(const std::vector<AdamWParam>& params, const torch::Tensor& stat
   check_params(params, 0, params.size(), state.device());
   // Without clipping the prepare pass reads no partials: an unfilled buffer, so that a step launches no
   // zeroing kernel for it (one fewer kernel in every replay of v4's graph).
-  const auto partials =
-      hyper.max_grad_norm > 0 ? adamw_partials(params, state) : torch::empty({1}, state.options());
+  const auto partials = hyper.max_grad_norm > 0 ? adamw_partials(params, state) : torch::empty({1}, state.options());
   if (hyper.max_grad_norm > 0) run_norm(params, 0, params.size(), partials);
   run_prepare(partials, state, hyper);
   run_update(params, 0, params.size(), state, hyper, /*max_blocks=*/0);
