@@ -28,11 +28,14 @@ struct AdamWTensor {
 // their block offsets stay under the 4 KB of kernel arguments that every HIP version accepts. CUDA accepts
 // 32,764 bytes since 12.1 (on Volta and newer; we build for sm_80 and up): 128 tensors take 8.2 KB, so that the
 // workshop's 50 parameters and medium's 98 go in one launch (they took two and three of 48).
-// Both sides must agree on the list's layout: hipcc defines __HIP__ for the kernels, CMake TT_BACKEND_HIP for the
-// op layer that fills the lists.
+// Both sides must agree on the list's layout: hipcc defines __HIP__ for the kernels, and CMake defines
+// TT_BACKEND_HIP for everything that links the kernels in a HIP build (tt_kernels' public definitions).
 #if defined(__HIP__) || defined(TT_BACKEND_HIP)
 constexpr int kAdamWTensorsPerLaunch = 48;
 #else
+#if defined(__CUDACC_VER_MAJOR__) && (__CUDACC_VER_MAJOR__ * 100 + __CUDACC_VER_MINOR__ < 1201)
+#error "kernels/adamw.cuh: 128 tensors per launch need CUDA 12.1 or later (kernel arguments over 4 KB)"
+#endif
 constexpr int kAdamWTensorsPerLaunch = 128;
 #endif
 

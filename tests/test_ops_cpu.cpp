@@ -3,6 +3,7 @@
 //  * fp32 forward and every gradient must match the plain reference ops (models/reference.h);
 //  * a float64 central-difference check verifies each hand-written backward formula;
 //  * bad inputs fail with messages that name the problem.
+#include <ATen/record_function.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -209,6 +210,51 @@ TEST(OpsCpu, AddRmsNormGradientsMatchFiniteDifferences) {
   expect_gradients_match_finite_differences(
       fn, {torch::randn({2, 3, 5}, f64()), torch::randn({2, 3, 5}, f64()), torch::randn({5}, f64())},
       {true, true, true}, "add_rms_norm");
+}
+
+// Tensors of zeros made on this thread while `fn` runs (aten::zeros and aten::zeros_like, counted by a
+// RecordFunction callback): how LibTorch materialises an absent gradient for a custom function's backward.
+int zero_tensors_made_during(const std::function<void()>& fn) {
+  static thread_local int count = 0;
+  count = 0;
+  auto handle = at::addThreadLocalCallback(at::RecordFunctionCallback(
+      [](const at::RecordFunction& f) -> std::unique_ptr<at::ObserverContext> {
+        const std::string name = f.name();
+        if (name == "aten::zeros" || name == "aten::zeros_like") ++count;
+        return nullptr;
+      }));
+  fn();
+  at::removeCallback(handle);
+  return count;
+}
+
+// A custom function with LibTorch's default (absent gradients materialised as zeros) and an output nobody reads.
+struct TwoOutputsMaterialised : torch::autograd::Function<TwoOutputsMaterialised> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext*, const torch::Tensor& x) {
+    return {x * 2, x * 3};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list grads) {
+    return {grads[0] * 2 + grads[1] * 3};
+  }
+};
+
+// The norms' functions leave an absent gradient absent (set_materialize_grads(false)): the model's final norm,
+// whose residual_out nothing reads, and every plain rms_norm would otherwise get a tensor of zeros (a fill kernel
+// on the GPU) before each backward. The control shows that the count sees LibTorch's default.
+TEST(OpsCpu, RmsNormLeavesAnAbsentGradientAbsent) {
+  torch::manual_seed(5);
+  auto x = torch::randn({6, 16}, torch::requires_grad());
+  auto delta = torch::randn({6, 16}, torch::requires_grad());
+  auto weight = torch::randn({16}, torch::requires_grad());
+  const int control = zero_tensors_made_during([&] { TwoOutputsMaterialised::apply(x)[0].sum().backward(); });
+  EXPECT_GE(control, 1) << "the count must see LibTorch materialising the unread output's gradient";
+  auto fused = tt::ops::add_rms_norm(x, delta, weight, 1e-6, torch::kFloat32);
+  EXPECT_EQ(zero_tensors_made_during([&] { fused.normalized.sum().backward(); }), 0)
+      << "add_rms_norm: residual_out's absent gradient was materialised";
+  auto plain = tt::ops::rms_norm(x, weight, 1e-6);
+  EXPECT_EQ(zero_tensors_made_during([&] { plain.sum().backward(); }), 0)
+      << "rms_norm: the absent gradient of its second output was materialised";
 }
 
 TEST(OpsCpu, AddRmsNormRejectsBadInputs) {

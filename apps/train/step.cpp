@@ -31,11 +31,15 @@ torch::Tensor EagerStep::forward(const torch::Tensor& inputs, const torch::Tenso
 
 void EagerStep::backward(const torch::Tensor& loss) {
   ScopedRange range("backward");
-  // Made in the first (eager) step, before any capture. Nothing writes to it: the engine hands it to the
-  // loss's backward, which reads it.
-  if (!seed_.defined() || seed_.sizes() != loss.sizes() || seed_.scalar_type() != loss.scalar_type() ||
-      seed_.device() != loss.device())
-    seed_ = torch::ones_like(loss, torch::MemoryFormat::Contiguous);
+  // Made in the first step, which is eager (GraphedStep captures a later one), and never replaced: a captured
+  // graph reads this tensor's memory in every replay. Nothing writes to it: the engine hands it to the node that
+  // made the loss (the cross-entropy functions of kernels/ops/cross_entropy.cpp, or the division by k with
+  // accumulation), whose backward reads it.
+  if (!seed_.defined()) seed_ = torch::ones_like(loss, torch::MemoryFormat::Contiguous);
+  TORCH_CHECK(seed_.sizes() == loss.sizes() && seed_.scalar_type() == loss.scalar_type() &&
+                  seed_.device() == loss.device(),
+              "EagerStep: the loss changed from ", seed_.sizes(), " ", seed_.scalar_type(), " on ", seed_.device(),
+              " to ", loss.sizes(), " ", loss.scalar_type(), " on ", loss.device(), " between steps");
   loss.backward(seed_);
 }
 
