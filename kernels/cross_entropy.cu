@@ -101,7 +101,7 @@ __global__ void cross_entropy_backward_kernel(CrossEntropyBackwardParams params)
   }
 
   // Each element is read, then written, by the same thread, so grad_logits may alias logits.
-  const float scale = *params.grad_loss / *params.num_valid;
+  const float scale = (params.grad_loss ? *params.grad_loss : 1.0f) / *params.num_valid;
   const float lse = params.lse[row];
   for (int col = threadIdx.x * kVec; col < vocab; col += stride) {
     const Pack<T, kVec> xs = load_pack<kVec>(logits + col);

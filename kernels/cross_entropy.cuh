@@ -26,7 +26,7 @@ struct CrossEntropyBackwardParams {
   const void* logits;      // [rows, vocab], contiguous, dtype
   const int64_t* labels;   // [rows]
   const float* lse;        // [rows], from the forward
-  const float* grad_loss;  // [1]: gradient of the mean loss
+  const float* grad_loss;  // [1]: gradient of the mean loss; nullptr: 1 (no tensor of ones to fill)
   const float* num_valid;  // [1], from the forward
   void* grad_logits;       // [rows, vocab], contiguous, dtype; may be `logits` itself (computed in place)
   int64_t rows;

@@ -118,18 +118,18 @@ ForwardResult forward_gpu(const torch::Tensor& logits, const torch::Tensor& labe
   return out;
 }
 
-// in_place: the gradient overwrites logits (which the caller no longer needs).
+// in_place: the gradient overwrites logits (which the caller no longer needs). An undefined grad_loss is 1.
 torch::Tensor backward_gpu(const torch::Tensor& grad_loss, const torch::Tensor& logits, const torch::Tensor& labels,
                            const torch::Tensor& lse, const torch::Tensor& num_valid, int64_t ignore_index,
                            bool in_place = false) {
   c10::DeviceGuard guard(logits.device());
-  auto grad_loss_f32 = grad_loss.to(torch::kFloat32).contiguous();
+  auto grad_loss_f32 = grad_loss.defined() ? grad_loss.to(torch::kFloat32).contiguous() : torch::Tensor();
   auto grad_logits = in_place ? logits : torch::empty(logits.sizes(), logits.options());
   kernels::CrossEntropyBackwardParams params{};
   params.logits = logits.data_ptr();
   params.labels = labels.data_ptr<int64_t>();
   params.lse = lse.data_ptr<float>();
-  params.grad_loss = grad_loss_f32.data_ptr<float>();
+  params.grad_loss = grad_loss_f32.defined() ? grad_loss_f32.data_ptr<float>() : nullptr;
   params.num_valid = num_valid.data_ptr<float>();
   params.grad_logits = grad_logits.data_ptr();
   params.rows = logits.size(0);
@@ -146,16 +146,19 @@ torch::Tensor backward_gpu(const torch::Tensor& grad_loss, const torch::Tensor& 
 // One chunk of the linear cross-entropy: its rows' losses into row_loss, and `logits` overwritten by the
 // gradient of (sum of the whole batch's row losses) / num_valid, the batch's count of valid rows.
 void chunk_loss_and_gradient(torch::Tensor& logits, const torch::Tensor& labels, int64_t ignore_index,
-                             const torch::Tensor& num_valid, const torch::Tensor& one, torch::Tensor row_loss) {
+                             const torch::Tensor& num_valid, torch::Tensor row_loss) {
   if (logits.is_cpu()) {
     auto result = forward_aten(logits, labels, ignore_index);
     row_loss.copy_(result.row_loss);
+    const auto one = torch::ones({}, num_valid.options());  // the sum's gradient with respect to itself
     logits.copy_(backward_aten(one, logits, labels, result.lse, num_valid, ignore_index));
     return;
   }
 #ifdef TT_HAVE_GPU_KERNELS
   auto result = forward_gpu(logits, labels, ignore_index, row_loss);
-  backward_gpu(one, logits, labels, result.lse, num_valid, ignore_index, /*in_place=*/true);
+  // No tensor of ones on the GPU: the kernel reads an absent gradient as 1, where a ones tensor cost a fill
+  // kernel in every step (the one left in v4's medium step).
+  backward_gpu(torch::Tensor(), logits, labels, result.lse, num_valid, ignore_index, /*in_place=*/true);
 #endif
 }
 
@@ -238,7 +241,6 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
     const auto loss_dtype = h.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
     const int64_t rows = h.size(0);
     auto num_valid = l.ne(ignore_index).sum(loss_dtype);
-    auto one = torch::ones({}, num_valid.options());
     auto row_loss = torch::empty({rows}, num_valid.options());
     auto grad_hidden = torch::empty_like(h);
     // An empty batch has no chunk: its weight gradient is the empty sum.
@@ -247,7 +249,7 @@ struct LinearCrossEntropyFunction : torch::autograd::Function<LinearCrossEntropy
       const int64_t n = std::min(chunk_rows, rows - start);
       const auto h_chunk = h.narrow(0, start, n);
       auto logits = at::mm(h_chunk, w.t());
-      chunk_loss_and_gradient(logits, l.narrow(0, start, n), ignore_index, num_valid, one, row_loss.narrow(0, start, n));
+      chunk_loss_and_gradient(logits, l.narrow(0, start, n), ignore_index, num_valid, row_loss.narrow(0, start, n));
       auto grad_hidden_chunk = grad_hidden.narrow(0, start, n);
       at::mm_out(grad_hidden_chunk, logits, w);
       if (start == 0) {
