@@ -317,14 +317,14 @@ __device__ __forceinline__ void online_softmax_statistics(float (&s)[kFrags][kBl
       // Tile 0 holds key 0, which every query sees, so new_max is finite from then on; the guard keeps
       // -inf - -inf out of a row that had seen nothing (none does, but a NaN would spread).
       const float base = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
-      alpha[m][half] = exp2f(row_max[m][half] * scale_log2 - base);
+      alpha[m][half] = exp2_flush_subnormal(row_max[m][half] * scale_log2 - base);
       row_max[m][half] = new_max;
       float sum = 0.0f;
 #pragma unroll
       for (int n = 0; n < kBlockN / 8; ++n) {
 #pragma unroll
         for (int e = 2 * half; e < 2 * half + 2; ++e) {
-          s[m][n][e] = exp2f(s[m][n][e] * scale_log2 - base);
+          s[m][n][e] = exp2_flush_subnormal(s[m][n][e] * scale_log2 - base);
           sum += s[m][n][e];
         }
       }
@@ -407,7 +407,7 @@ __device__ __forceinline__ bool attends(int query, int key, int seq) { return ke
 // P = exp2(s * scale_log2 - lse_log2), the forward's probability from the saved log-sum-exp (lse_log2 = lse *
 // log2(e)), or 0 where the query does not attend to the key.
 __device__ __forceinline__ float recomputed_probability(float s, float scale_log2, float lse_log2, bool attended) {
-  return attended ? exp2f(s * scale_log2 - lse_log2) : 0.0f;
+  return attended ? exp2_flush_subnormal(s * scale_log2 - lse_log2) : 0.0f;
 }
 
 // delta = rowsum(dO * O) of the warp's 16 queries starting at warp_q0, two lanes per query (each sums half the
