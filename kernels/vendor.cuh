@@ -610,9 +610,10 @@ __device__ __forceinline__ float quad_sum(float value) {
 
 // 2^x in one instruction of the special-function unit (ex2.approx.ftz): a result below 2^-126 becomes 0.
 // Without -use_fast_math, exp2f wraps the same instruction in three more (a compare and two multiplies that keep
-// subnormal results), and a softmax pays them for every score. A probability below 2^-126 next to the row's
-// largest, which is 1, is far below a 16-bit P's rounding, so flushing it changes no product. FlashAttention gets
-// the same single instruction by building with -use_fast_math.
+// subnormal results), and a softmax pays them for every score. A probability below 2^-126 is far below the fp32
+// rounding of the row it belongs to: the forward's unnormalised row sums to at least 1 (its largest term is 1), the
+// backward's recomputed P to 1. So flushing it to zero changes nothing measurable. FlashAttention gets the same
+// single instruction by building with -use_fast_math.
 __device__ __forceinline__ float exp2_flush_subnormal(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));

@@ -214,6 +214,9 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     const int64_t ignore_index = ctx->saved_data["ignore_index"].toInt();
+    // backward_gpu reads an undefined gradient as 1 (for the chunked loss); here, as everywhere in autograd, it
+    // would mean 0. Materialised gradients (the default, kept by this function) are always defined.
+    TORCH_CHECK(grad_outputs[0].defined(), "cross_entropy backward: the loss's gradient is undefined");
     torch::Tensor grad_logits;
     if (saved[0].is_cpu()) {
       grad_logits = backward_aten(grad_outputs[0], saved[0], saved[1], saved[2], saved[3], ignore_index);
