@@ -283,18 +283,23 @@ __device__ void store_rows(T* dst, int64_t stride, int row0, int seq, const T* s
 
 // The causal mask for key tile k0: -inf where the key lies after the query or past the end of the sequence
 // (rows past the end keep their keys: they are computed and never stored). Only tiles that cross a warp's
-// diagonal or the sequence's end need it.
+// diagonal or the sequence's end need it. A row's keys are masked from min(query + 1, seq) on; that limit is
+// counted once per row from this lane's first column, c_col(0, 0), so each score is one compare of a constant
+// (c_col(n, e) - c_col(0, 0) = 8n + (e & 1)) with it and one select, where the key and its two bounds cost four.
 template <int kFrags, int kBlockN>
 __device__ __forceinline__ void mask_scores(float (&s)[kFrags][kBlockN / 8][4], int k0, int warp_q0, int seq) {
+  const int lane_k0 = k0 + c_col(0, 0);
 #pragma unroll
   for (int m = 0; m < kFrags; ++m)
 #pragma unroll
-    for (int n = 0; n < kBlockN / 8; ++n)
+    for (int half = 0; half < 2; ++half) {
+      const int limit = min(warp_q0 + 16 * m + c_row(2 * half) + 1, seq) - lane_k0;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = k0 + c_col(n, e);
-        if (key > warp_q0 + 16 * m + c_row(e) || key >= seq) s[m][n][e] = -INFINITY;
-      }
+      for (int n = 0; n < kBlockN / 8; ++n)
+#pragma unroll
+        for (int e = 2 * half; e < 2 * half + 2; ++e)
+          if (8 * n + (e & 1) >= limit) s[m][n][e] = -INFINITY;
+    }
 }
 
 // One tile of the online softmax's statistics (FlashAttention-2, Algorithm 1): per row, the running maximum over
@@ -400,10 +405,6 @@ __device__ __forceinline__ QueryBlock query_block(int64_t q_heads, int64_t kv_he
 // The backward's recomputed softmax, one score at a time
 // -------------------------------------------------------------------------------------------------
 
-// Whether query `query` attends to key `key` in the backward: causal, and the query inside the sequence (rows
-// past the end are zeros in the tiles and must add nothing to dK and dV).
-__device__ __forceinline__ bool attends(int query, int key, int seq) { return key <= query && query < seq; }
-
 // P = exp2(s * scale_log2 - lse_log2), the forward's probability from the saved log-sum-exp (lse_log2 = lse *
 // log2(e)), or 0 where the query does not attend to the key.
 __device__ __forceinline__ float recomputed_probability(float s, float scale_log2, float lse_log2, bool attended) {
@@ -467,11 +468,19 @@ template <int kBlockN>
 __device__ __forceinline__ void score_gradients(float (&s)[kBlockN / 8][4], float (&dp)[kBlockN / 8][4],
                                                 const RowStatistics& rows, int k0, int warp_q0, int seq,
                                                 float scale_log2, bool masked) {
+  // As in mask_scores: per row, the first key it does not attend to (causal), counted from this lane's first
+  // column. A row past the sequence's end attends to none: its tiles are zeros and must add nothing to dK and dV.
+  int limit[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int query = warp_q0 + c_row(2 * half);
+    limit[half] = query < seq ? query + 1 - (k0 + c_col(0, 0)) : 0;
+  }
 #pragma unroll
   for (int n = 0; n < kBlockN / 8; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const bool attended = !masked || attends(warp_q0 + c_row(e), k0 + c_col(n, e), seq);
+      const bool attended = !masked || 8 * n + (e & 1) < limit[e / 2];
       s[n][e] = recomputed_probability(s[n][e], scale_log2, rows.lse_log2[e / 2], attended);
       dp[n][e] = s[n][e] * (dp[n][e] - rows.delta[e / 2]);
     }
@@ -483,6 +492,14 @@ template <int kBlockM>
 __device__ __forceinline__ void score_gradients_transposed(float (&s)[kBlockM / 8][4], float (&dp)[kBlockM / 8][4],
                                                            const float* lse, const float* delta, int q0, int warp_k0,
                                                            int seq, float scale_log2, bool masked) {
+  // Queries run along the columns here: a row (key) is attended by the queries from itself to the sequence's end
+  // (queries past it must add nothing), bounds counted once per row from this lane's first column, so each score
+  // is two compares of a constant.
+  const int lane_q0 = q0 + c_col(0, 0);
+  const int end = seq - lane_q0;
+  int first[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) first[half] = warp_k0 + c_row(2 * half) - lane_q0;
 #pragma unroll
   for (int n = 0; n < kBlockM / 8; ++n) {
     const int col = c_col(n, 0);
@@ -490,7 +507,8 @@ __device__ __forceinline__ void score_gradients_transposed(float (&s)[kBlockM / 
     const float2 delta_pair = *reinterpret_cast<const float2*>(delta + col);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const bool attended = !masked || attends(q0 + col + (e & 1), warp_k0 + c_row(e), seq);
+      const int query = 8 * n + (e & 1);  // c_col(n, e) - c_col(0, 0)
+      const bool attended = !masked || (query >= first[e / 2] && query < end);
       const float col_lse = (e & 1) ? lse_pair.y : lse_pair.x;
       const float col_delta = (e & 1) ? delta_pair.y : delta_pair.x;
       s[n][e] = recomputed_probability(s[n][e], scale_log2, col_lse * kLog2e, attended);
