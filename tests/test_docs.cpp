@@ -168,7 +168,7 @@ TEST(Docs, EveryFlagNamedIsAnOptionOfOursOrAListedTools) {
       << "the option sources were read";
   // Third-party tools' flags the docs quote, by tool.
   const std::map<std::string, std::vector<std::string>> tools = {
-      {"ncu", {"--metrics", "--import", "--csv", "--page", "--print-units", "--query-metrics"}},
+      {"ncu", {"--metrics", "--import", "--csv", "--page", "--print-units", "--query-metrics", "--set"}},
       {"nsys, rocprof-sys-sample", {"--trace", "--host"}},
       {"rocprofv3", {"--runtime-trace", "--kernel-trace", "--stats"}},
       {"rocprof-compute", {"--roof-only", "--path", "--name"}},
