@@ -68,14 +68,16 @@ const std::vector<Field<TrainConfig>>& train_fields() {
       {"optimizer_state_dtype", &TrainConfig::optimizer_state_dtype, "optimizer-state-dtype",
        "fp32 | bf16: our AdamW's moments (v4); bf16 moves 20 instead of 28 bytes per parameter"},
       {"shard_optimizer", &TrainConfig::shard_optimizer, "shard-optimizer",
-       "data parallel, our AdamW (v4): ZeRO-1, each of N GPUs keeps and updates 1/N of the optimizer state"},
+       "data parallel, a multi-tensor AdamW (v2-v4): ZeRO-1, each of N GPUs keeps and updates 1/N of the optimizer "
+       "state"},
       {"dtype", &TrainConfig::dtype, "dtype", "fp32 | bf16 (bf16: autocast mixed precision, fp32 master weights)"},
       {"allow_tf32", &TrainConfig::allow_tf32, "allow-tf32",
        "fp32 matmuls and convolutions on TF32 tensor cores (NVIDIA Ampere and later; the flag alone means true)"},
       {"seed", &TrainConfig::seed, "seed", "seed for weights and data"},
       {"device", &TrainConfig::device, "device", "auto | cpu | cuda (on ROCm builds, cuda is the HIP device)"},
       {"log_every", &TrainConfig::log_every, "log-every", "progress line every N steps, 0 = off"},
-      {"data", &TrainConfig::data, "data", "train on this text file as bytes (needs vocab_size >= 256); empty = synthetic tokens"},
+      {"data", &TrainConfig::data, "data",
+       "train on this text file as bytes (needs vocab_size >= 256); empty = synthetic tokens"},
   };
   return fields;
 }

@@ -73,9 +73,11 @@ void check_data_parallel_options(const DistributedEnv& env, const StageSpec& spe
     throw ConfigError(std::string("--zero-gather applies to a sharded optimizer (") + kShardOptimizerField +
                       "), which this run does not have: without it every rank updates all the weights");
   if (config.training.shard_optimizer) {
-    if (spec.optimizer != OptimizerKind::kOurAdamW)
+    if (spec.optimizer == OptimizerKind::kTorchAdamW)
       throw ConfigError(std::string(kShardOptimizerField) + " is not allowed for " + spec.name + ", whose optimizer (" +
-                        implementation(spec.optimizer).name + ") is not ours: ZeRO-1 shards our AdamW (v4_ultra)");
+                        implementation(spec.optimizer).name + ") steps parameter by parameter: ZeRO-1 updates slices " +
+                        "with a multi-tensor AdamW (" + implementation(OptimizerKind::kAtenFusedAdamW).name + ", " +
+                        implementation(OptimizerKind::kOurAdamW).name + "; v2_fused to v4_ultra)");
     if (o.dp_sync.value_or(kDefaultGradientSync) != GradientSync::kLayers)
       throw ConfigError(std::string(kShardOptimizerField) + " is not allowed with --dp-sync " +
                         to_string(*o.dp_sync) + ": the Reducer all-reduces whole gradients, the sharded optimizer " +
@@ -280,7 +282,7 @@ RunOutcome execute_run(RunPlan plan, std::ostream& log) {
     }
     Trainer trainer(spec, config, device,
                     config.training.shard_optimizer
-                        ? sharded_adamw(*context, options.zero_gather.value_or(kDefaultZeroGather))
+                        ? sharded_adamw(*context, spec.optimizer, options.zero_gather.value_or(kDefaultZeroGather))
                         : OptimizerMaker());
     if (!options.load_checkpoint.empty()) {
       // A file that is no checkpoint, or one of another model, is the user's input: exit 2, as --resume's.

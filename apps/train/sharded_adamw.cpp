@@ -34,8 +34,14 @@ struct Sliced {
 struct ShardedAdamW::Impl {
   DistributedContext& context;
   int rank, world;
+  OptimizerKind kind;  // whose update runs on the slices: ours or at::_fused_adamw_
+  AdamWOptions options;
   ops::AdamWHyperparameters hyper;
-  torch::Tensor state;  // adamw_state: step counter and the step's scalars, the same on every rank
+  torch::Tensor state;  // ours: adamw_state, the step counter and the step's scalars, the same on every rank
+  // at::_fused_adamw_: its step counters (one per entry of `update`, as FusedAdamW keeps one per parameter) and
+  // the host's count, which gives the learning rate (these stages run eagerly).
+  std::vector<torch::Tensor> steps;
+  int64_t host_steps = 0;
 
   struct Leaf {
     torch::Tensor tensor;  // the leaf itself, whose .grad() the backward fills
@@ -89,14 +95,25 @@ struct ShardedAdamW::Impl {
   std::vector<size_t> stale_masters;  // parameters whose master is no leaf: gathered by gather_weights() only
   torch::Tensor partials, norm;       // with clipping: the norm pass's partial sums; their sum over ranks
 
-  Impl(DistributedContext& context, const Transformer& model, const AdamWOptions& o, ZeroGather gather)
+  Impl(DistributedContext& context, const Transformer& model, OptimizerKind kind, const AdamWOptions& o,
+       ZeroGather gather)
       : context(context),
         rank(context.rank()),
         world(context.world_size()),
+        kind(kind),
+        options(o),
         hyper{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.max_grad_norm, o.schedule},
         gather_in_forward(gather == ZeroGather::kForward),
         model(model) {
+    TORCH_CHECK(kind == OptimizerKind::kOurAdamW || kind == OptimizerKind::kAtenFusedAdamW,
+                "the sharded optimizer (ZeRO-1) updates slices with a multi-tensor AdamW (",
+                implementation(OptimizerKind::kOurAdamW).name, " or ",
+                implementation(OptimizerKind::kAtenFusedAdamW).name, "); the stage chose ", implementation(kind).name);
     TORCH_CHECK(!o.overlap, "the sharded optimizer (ZeRO-1) updates after the backward: the overlap is not allowed");
+    TORCH_CHECK(
+        kind == OptimizerKind::kOurAdamW || (model->compute_copies().empty() && o.state_dtype == torch::kFloat32),
+        "the sharded optimizer: compute copies and bf16 moments need ", implementation(OptimizerKind::kOurAdamW).name,
+        "; the stage chose ", implementation(kind).name);
     const auto found = gradient_leaves(this->model);
     std::vector<std::string> names;
     std::vector<torch::Tensor> parameters;
@@ -151,8 +168,47 @@ struct ShardedAdamW::Impl {
       ranges.push_back(std::move(r));
     }
     gather_groups(gather);
-    partials = update.empty() ? torch::zeros({1}, state.options()) : ops::adamw_partials(update, state);
+    partials = update.empty() || !ours() ? torch::zeros({1}, state.options()) : ops::adamw_partials(update, state);
     norm = torch::zeros({1}, state.options());
+    if (!ours())
+      for (size_t i = 0; i < update.size(); ++i) steps.push_back(torch::zeros({}, state.options()));
+  }
+
+  bool ours() const { return kind == OptimizerKind::kOurAdamW; }
+  bool clipping() const { return hyper.max_grad_norm > 0; }
+
+  // The squared global gradient norm into `norm`: this rank's slices' sum of squares, summed over ranks.
+  void global_norm() {
+    if (update.empty()) {
+      norm.zero_();
+    } else if (ours()) {
+      ops::adamw_norm(update, 0, update.size(), partials);
+      norm.copy_(partials.sum().view({1}));
+    } else {
+      std::vector<torch::Tensor> grads;
+      for (const auto& u : update) grads.push_back(u.grad);
+      norm.copy_(torch::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat32).square().sum().view({1}));
+    }
+    std::vector<torch::Tensor> sum_of{norm};
+    c10d::AllreduceOptions sum;
+    sum.reduceOp = c10d::ReduceOp::SUM;
+    context.group()->allreduce(sum_of, sum)->wait();
+  }
+
+  // at::_fused_adamw_ on entries [begin, end) of `update`, as FusedAdamW steps (apps/train/optimizer.cpp) on whole
+  // parameters: every element's arithmetic is the same. Their step counters were advanced for this step.
+  void aten_update(size_t begin, size_t end) {
+    std::vector<torch::Tensor> masters, grads, m, v, counts;
+    for (size_t i = begin; i < end; ++i) {
+      masters.push_back(update[i].master);
+      grads.push_back(update[i].grad);
+      m.push_back(update[i].exp_avg);
+      v.push_back(update[i].exp_avg_sq);
+      counts.push_back(steps[i]);
+    }
+    at::_fused_adamw_(masters, grads, m, v, {}, counts, options.lr_at_step(host_steps), options.beta1, options.beta2,
+                      options.weight_decay, options.eps, /*amsgrad=*/false, /*maximize=*/false, std::nullopt,
+                      std::nullopt);
   }
 
   Sliced sliced(const torch::Tensor& t) const {
@@ -295,9 +351,9 @@ struct ShardedAdamW::Impl {
   }
 };
 
-ShardedAdamW::ShardedAdamW(DistributedContext& context, const Transformer& model, const AdamWOptions& options,
-                           ZeroGather gather)
-    : Optimizer(model->parameters()), impl_(std::make_unique<Impl>(context, model, options, gather)) {
+ShardedAdamW::ShardedAdamW(DistributedContext& context, const Transformer& model, OptimizerKind kind,
+                           const AdamWOptions& options, ZeroGather gather)
+    : Optimizer(model->parameters()), impl_(std::make_unique<Impl>(context, model, kind, options, gather)) {
   if (impl_->gather_in_forward)
     impl_->model->set_before_weights([impl = impl_.get()](int64_t layer) { impl->before_weights(layer); });
 }
@@ -358,25 +414,29 @@ void ShardedAdamW::step() {
   torch::NoGradGuard no_grad;
   Impl& s = *impl_;
   s.wait_all();  // no all-gather may still read the slices the update writes (the forward waited for each)
-  if (s.hyper.max_grad_norm > 0) {
-    // The global norm: this rank's slices' squared sum, summed over ranks.
-    if (s.update.empty()) {
-      s.norm.zero_();
-    } else {
-      ops::adamw_norm(s.update, 0, s.update.size(), s.partials);
-      s.norm.copy_(s.partials.sum().view({1}));
+  if (s.clipping()) s.global_norm();
+  if (s.ours()) {
+    ops::adamw_prepare(s.norm, s.state, s.hyper);
+  } else {
+    if (s.clipping() && !s.update.empty()) {  // clip_grad_norm's scale, from the global norm, on the slices
+      std::vector<torch::Tensor> grads;
+      for (const auto& u : s.update) grads.push_back(u.grad);
+      at::_foreach_mul_(grads, (s.hyper.max_grad_norm / (s.norm.sqrt().squeeze() + 1e-6)).clamp_max(1.0));
     }
-    std::vector<torch::Tensor> norm{s.norm};
-    c10d::AllreduceOptions sum;
-    sum.reduceOp = c10d::ReduceOp::SUM;
-    s.context.group()->allreduce(norm, sum)->wait();
+    if (!s.steps.empty()) at::_foreach_add_(s.steps, 1.0);
+    ++s.host_steps;
   }
-  ops::adamw_prepare(s.norm, s.state, s.hyper);
   // Layer by layer: update this rank's slices; after each layer's update, all-gather them while the next layer
   // updates (ZeroGather::kUpdate), or leave that to the next forward (kForward: before_weights).
   for (size_t r = 0; r < s.ranges.size(); ++r) {
     const auto& range = s.ranges[r];
-    if (range.begin < range.end) ops::adamw_update(s.update, range.begin, range.end, s.state, s.hyper);
+    if (range.begin < range.end) {
+      if (s.ours()) {
+        ops::adamw_update(s.update, range.begin, range.end, s.state, s.hyper);
+      } else {
+        s.aten_update(range.begin, range.end);
+      }
+    }
     for (size_t g = 0; g < s.groups.size(); ++g)
       if ((!s.gather_in_forward || s.groups[g].with_update) && s.groups[g].after == r) s.queue_gather(g);
   }
@@ -401,6 +461,7 @@ torch::Tensor ShardedAdamW::exp_avg_sq(size_t i) const {
 }
 
 int64_t ShardedAdamW::step_count() const {
+  if (!impl_->ours()) return impl_->host_steps;
   return static_cast<int64_t>(impl_->state[ops::kAdamWStep].item<float>());
 }
 
@@ -416,6 +477,8 @@ void ShardedAdamW::load_state(const std::vector<torch::Tensor>& m, const std::ve
     p.exp_avg_sq.copy_(v[i].reshape({-1}).narrow(0, p.master.begin, n));
   }
   impl_->state[ops::kAdamWStep].fill_(static_cast<double>(step));
+  for (auto& count : impl_->steps) count.fill_(static_cast<double>(step));
+  impl_->host_steps = step;
 }
 
 int64_t ShardedAdamW::state_bytes() const {
@@ -430,9 +493,9 @@ std::optional<std::string> hardware_queues() {
   return set && *set ? std::optional<std::string>(set) : std::nullopt;  // empty: unset, as CUDA takes it
 }
 
-OptimizerMaker sharded_adamw(DistributedContext& context, ZeroGather gather) {
-  return [&context, gather](const Transformer& model, const AdamWOptions& options) -> std::unique_ptr<Optimizer> {
-    return std::make_unique<ShardedAdamW>(context, model, options, gather);
+OptimizerMaker sharded_adamw(DistributedContext& context, OptimizerKind kind, ZeroGather gather) {
+  return [&context, kind, gather](const Transformer& model, const AdamWOptions& options) -> std::unique_ptr<Optimizer> {
+    return std::make_unique<ShardedAdamW>(context, model, kind, options, gather);
   };
 }
 

@@ -1,5 +1,6 @@
 // ZeRO-1 (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", 2020,
-// stage 1): our AdamW with its state split across the ranks of a data-parallel run.
+// stage 1): AdamW with its state split across the ranks of a data-parallel run. The update on the slices is the
+// stage's own multi-tensor AdamW: ours (tt::ops::adamw_update; v4_ultra) or at::_fused_adamw_ (v2_fused, v3_custom).
 //
 // Every parameter, flattened, is cut into world_size slices of equal length (rounded up to kSliceAlign
 // elements, so that each slice starts where the update kernel's vector loads may start; the last is padded).
@@ -8,7 +9,7 @@
 //   1. during the backward, each layer's gradients are reduce-scattered (mean over ranks) as soon as they are
 //      final (reduce_scatter()): rank r receives slice r of the averaged gradient, nothing else;
 //   2. with clipping, the squared norms of every rank's slices are summed by an all-reduce: the global norm;
-//   3. each rank updates slice r of the fp32 masters (and of their bf16 compute copies) with tt::ops::adamw_update;
+//   3. each rank updates slice r of the fp32 masters (and of their bf16 compute copies) with the stage's AdamW;
 //   4. the slices of what the forward reads (the gradient leaves: the compute copies in bf16 stages, the masters
 //      in fp32) are all-gathered in place, a layer at a time (ZeroGather, apps/train/launcher.h): with kUpdate
 //      (the default) right after each layer's update, beside the next layer's update, the step ending when all
@@ -18,7 +19,7 @@
 //      before it; the final norm's, a tied head's bf16 copy and an untied head before the final norm), so
 //      they run beside the forward. kForward needs more of the GPU's hardware queues than CUDA's default 8
 //      (hardware_queues, below).
-// Every element's arithmetic is unsharded AdamW's; only the global norm sums in another order (clipping only).
+// Every element's arithmetic is the unsharded optimizer's; only the global norm sums in another order (clipping only).
 // The fp32 masters a bf16 forward does not read are whole only after gather_weights() (checkpoints do it); with
 // kForward, so is everything after layer 0 between steps: any forward gathers first (every rank must run it, as
 // every collective), and gather_weights() makes the whole model current.
@@ -46,7 +47,8 @@ class ShardedAdamW final : public Optimizer {
 
   // The model must hold the same weights on every rank (broadcast_weights) before the first step. With kForward
   // the model's forward calls this optimizer (set_before_weights) until it is destroyed.
-  ShardedAdamW(DistributedContext& context, const Transformer& model, const AdamWOptions& options,
+  // `kind`: kOurAdamW or kAtenFusedAdamW (the latter without compute copies and with fp32 moments).
+  ShardedAdamW(DistributedContext& context, const Transformer& model, OptimizerKind kind, const AdamWOptions& options,
                ZeroGather gather = kDefaultZeroGather);
   ~ShardedAdamW() override;
 
@@ -85,7 +87,8 @@ class ShardedAdamW final : public Optimizer {
 // needs 32 (hardware_queues_needed, apps/train/run.h, says when; the stage restarts itself with it).
 std::optional<std::string> hardware_queues();
 
-// The OptimizerMaker of a trainer whose optimizer is sharded over `context`'s ranks (which must outlive it).
-OptimizerMaker sharded_adamw(DistributedContext& context, ZeroGather gather = kDefaultZeroGather);
+// The OptimizerMaker of a trainer whose optimizer (`kind`, the stage's) is sharded over `context`'s ranks (which must
+// outlive it).
+OptimizerMaker sharded_adamw(DistributedContext& context, OptimizerKind kind, ZeroGather gather = kDefaultZeroGather);
 
 }  // namespace tt
