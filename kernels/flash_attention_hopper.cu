@@ -127,8 +127,18 @@ __global__ void __launch_bounds__(HopperForwardShape<kD>::kThreads, 1)
   const int batches = static_cast<int>(p.batch);
   const int query_blocks = (seq + kBlockM - 1) / kBlockM;
   const int items = query_blocks * q_heads * batches;
-  auto item_of = [&](int work) { return work_item(work, query_blocks, kBlockM, q_heads, kv_heads, batches); };
-  auto tiles_of = [&](int q0) { return (min(seq, q0 + kBlockM) + kBlockN - 1) / kBlockN; };
+  // The query blocks end at the sequence's end, so that where seq is not a multiple of kBlockM the part of a block
+  // that holds no query is in the first block, which reads one key tile, and not in the last, which reads them all
+  // (medium: 512 positions in blocks of 192 computed rows -64..127 on 1 tile instead of 512..575 on 4; every row's
+  // arithmetic is unchanged). The first block starts before position 0: TMA fills those rows of Q with zeros, every
+  // key is masked for them, and their output and log-sum-exp are not stored.
+  const int first_row = seq - query_blocks * kBlockM;
+  auto item_of = [&](int work) {
+    WorkItem item = work_item(work, query_blocks, kBlockM, q_heads, kv_heads, batches);
+    item.q0 += first_row;
+    return item;
+  };
+  auto tiles_of = [&](int q0) { return (q0 + kBlockM + kBlockN - 1) / kBlockN; };  // q0 + kBlockM <= seq
 
   if (threadIdx.x == 0) {
     barrier_init(q_full, 1);

@@ -258,15 +258,16 @@ __device__ void stage_rows(T* staging, int warp_row0, float (&acc)[kD / 8][4], f
   }
 }
 
-// Writes rows [0, kRows) of a shared staging tile to global rows row0.. (those below seq), 16 bytes at a time,
-// shared by kThreads threads of which this is number `thread` (the whole block by default).
+// Writes rows [0, kRows) of a shared staging tile to global rows row0.. (those in [0, seq): the Hopper forward's
+// first query block may start before 0), 16 bytes at a time, shared by kThreads threads of which this is number
+// `thread` (the whole block by default).
 template <int kRows, int kD, int kThreads, typename T>
 __device__ void store_rows(T* dst, int64_t stride, int row0, int seq, const T* staging, int thread) {
   constexpr int kChunks = kD / 8;
   for (int c = thread; c < kRows * kChunks; c += kThreads) {
     const int r = c / kChunks;
     const int col = c % kChunks * 8;
-    if (row0 + r >= seq) continue;
+    if (row0 + r < 0 || row0 + r >= seq) continue;
     store_pack<8>(dst + static_cast<int64_t>(row0 + r) * stride + col, load_pack<8>(staging + r * kPitch<kD> + col));
   }
 }
@@ -282,10 +283,11 @@ __device__ void store_rows(T* dst, int64_t stride, int row0, int seq, const T* s
 // -------------------------------------------------------------------------------------------------
 
 // The causal mask for key tile k0: -inf where the key lies after the query or past the end of the sequence
-// (rows past the end keep their keys: they are computed and never stored). Only tiles that cross a warp's
-// diagonal or the sequence's end need it. A row's keys are masked from min(query + 1, seq) on; that limit is
-// counted once per row from this lane's first column, c_col(0, 0), so each score is one compare of a constant
-// (c_col(n, e) - c_col(0, 0) = 8n + (e & 1)) with it and one select, where the key and its two bounds cost four.
+// (rows past the end keep their keys: they are computed and never stored; rows before 0 lose every key). Only
+// tiles that cross a warp's diagonal or the sequence's end need it. A row's keys are masked from
+// min(query + 1, seq) on; that limit is counted once per row from this lane's first column, c_col(0, 0), so each
+// score is one compare of a constant (c_col(n, e) - c_col(0, 0) = 8n + (e & 1)) with it and one select, where the
+// key and its two bounds cost four.
 template <int kFrags, int kBlockN>
 __device__ __forceinline__ void mask_scores(float (&s)[kFrags][kBlockN / 8][4], int k0, int warp_q0, int seq) {
   const int lane_k0 = k0 + c_col(0, 0);
@@ -320,7 +322,8 @@ __device__ __forceinline__ void online_softmax_statistics(float (&s)[kFrags][kBl
       for (int n = 0; n < kBlockN / 8; ++n) tile_max = fmaxf(tile_max, fmaxf(s[m][n][2 * half], s[m][n][2 * half + 1]));
       const float new_max = fmaxf(row_max[m][half], quad_max(tile_max));
       // Tile 0 holds key 0, which every query sees, so new_max is finite from then on; the guard keeps
-      // -inf - -inf out of a row that had seen nothing (none does, but a NaN would spread).
+      // -inf - -inf out of a row that has seen nothing: a row before position 0 (the Hopper forward's first query
+      // block may start there) sees no key, and its sum stays 0 (its output, never stored, is NaN).
       const float base = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
       alpha[m][half] = exp2_flush_subnormal(row_max[m][half] * scale_log2 - base);
       row_max[m][half] = new_max;
@@ -373,7 +376,8 @@ __device__ __forceinline__ void finish_softmax(float (&o)[kFrags][kD / 8][4], co
       const float sum = quad_sum(row_sum[m][half]);
       inverse[half] = 1.0f / sum;
       const int query = warp_q0 + 16 * m + c_row(2 * half);
-      if (lane() % 4 == 0 && query < seq) lse[query] = (row_max[m][half] * scale_log2 + log2f(sum)) * kLn2;
+      if (lane() % 4 == 0 && query >= 0 && query < seq)
+        lse[query] = (row_max[m][half] * scale_log2 + log2f(sum)) * kLn2;
     }
 #pragma unroll
     for (int n = 0; n < kD / 8; ++n)
