@@ -357,6 +357,8 @@ TEST(DataParallelGpu, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
 // moments 5.3e-3 (relative). A slice in the wrong place or a missing gather is O(1). Then runs resume across world
 // sizes and sharding from either file (2 sharded -> 1 process; 2 unsharded -> 2 sharded). v3_custom (at::_fused_adamw_
 // on the slices, eager, no compute copies: its fp32 masters are gathered) against its own unsharded run, both dtypes.
+// In bf16 autocast casts every master for every forward, so more of them can land on another bf16 value than v4's
+// copies do: measured on 2 x H200, losses 2.4e-5, checkpoint weights 2.2e-3, moments 9.0e-3 (fp32: 2.3e-7 weights).
 TEST(DataParallelGpu, ShardedOptimizerOnTwoGpusEqualsTheUnshardedOne) {
   TT_REQUIRE_NCCL_GPUS(2);
   const fs::path dir = testing::fresh_dir("tt_dp_zero");
@@ -374,7 +376,8 @@ TEST(DataParallelGpu, ShardedOptimizerOnTwoGpusEqualsTheUnshardedOne) {
     double losses, weights, moments;
   };
   for (const std::string stage : {"v3_custom", "v4_ultra"})
-    for (const auto& t : {Tolerance{"fp32", 1e-6, 1e-5, 1e-4}, Tolerance{"bf16", 1e-4, 2e-3, 2e-2}}) {
+    for (const auto& t : {Tolerance{"fp32", 1e-6, 1e-5, 1e-4},
+                          Tolerance{"bf16", 1e-4, stage == "v3_custom" ? 1e-2 : 2e-3, 2e-2}}) {
       SCOPED_TRACE(stage + " " + t.dtype);
       binary = (build_dir() / stage).string();
       const std::string whole = stage + "_whole_" + t.dtype, sharded = stage + "_sharded_" + t.dtype;
