@@ -24,7 +24,10 @@
 // kernels to a trap, and hopper_flash_present says no unless this build has sm_90a code.
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <type_traits>
 
 #include "flash_fragments.cuh"
@@ -41,10 +44,11 @@ using namespace flash;
 
 // The block's shape and its shared memory: Q, then the ring's K and V slots (each 1024-byte aligned, as the
 // swizzle needs), the output staging rows, the barriers. Head dim 64 takes three consumer warpgroups (192 query
-// rows: each K/V tile serves more queries, and the accumulators are small), 128 takes two (FA3's tile sizes).
-template <int kD>
+// rows: each K/V tile serves more queries, and the accumulators are small) or two (hopper_forward_consumers says
+// when), 128 takes two (FA3's tile sizes).
+template <int kD, int kConsumerWarpgroups>
 struct HopperForwardShape {
-  static constexpr int kConsumers = kD == 64 ? 3 : 2;  // warpgroups of kWarpgroupRows query rows
+  static constexpr int kConsumers = kConsumerWarpgroups;  // warpgroups of kWarpgroupRows query rows
   static constexpr int kBlockM = hopper::kWarpgroupRows * kConsumers;
   static constexpr int kBlockN = 128;                  // keys per tile
   static constexpr int kStages = 2;
@@ -101,13 +105,13 @@ __device__ __forceinline__ int scheduled_work(int round) {
 }
 #endif
 
-template <typename T, int kD>
-__global__ void __launch_bounds__(HopperForwardShape<kD>::kThreads, 1)
+template <typename T, int kD, int kConsumers>
+__global__ void __launch_bounds__(HopperForwardShape<kD, kConsumers>::kThreads, 1)
     flash_forward_hopper_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                                 const __grid_constant__ CUtensorMap v_map, const FlashForwardParams p) {
 #if defined(TT_HOPPER_DEVICE)
   using namespace hopper;
-  using Shape = HopperForwardShape<kD>;
+  using Shape = HopperForwardShape<kD, kConsumers>;
   constexpr int kBlockM = Shape::kBlockM;
   constexpr int kBlockN = Shape::kBlockN;
   constexpr int kStages = Shape::kStages;
@@ -292,9 +296,24 @@ __global__ void __launch_bounds__(HopperForwardShape<kD>::kThreads, 1)
 constexpr const char* kTooManyItems =
     "the Hopper flash attention kernels count their work items in 32 bits: batch x heads x row blocks is too many";
 
-template <typename T, int kD>
-LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream) {
-  using Shape = HopperForwardShape<kD>;
+// The forward's consumer warpgroups at head dim 64: three (192 queries share each K/V tile) unless
+// TT_HOPPER_FORWARD_CONSUMERS=2 asks for two (128 queries: a short causal sequence wastes fewer products on its
+// diagonal, 20 instead of 24 warpgroup tiles per head at 512 positions). A measurement knob (docs/attention.md),
+// read once; other values are refused by name.
+inline int hopper_forward_consumers_d64() {
+  static const int consumers = [] {
+    const char* set = std::getenv("TT_HOPPER_FORWARD_CONSUMERS");
+    if (set == nullptr || *set == '\0') return 3;
+    if (std::string(set) == "2" || std::string(set) == "3") return std::atoi(set);
+    std::fprintf(stderr, "TT_HOPPER_FORWARD_CONSUMERS='%s' is not allowed: 2 or 3 (head dim 64 only); using 3\n", set);
+    return 3;
+  }();
+  return consumers;
+}
+
+template <typename T, int kD, int kConsumers>
+LaunchStatus hopper_forward_with(const FlashForwardParams& p, gpuStream_t stream) {
+  using Shape = HopperForwardShape<kD, kConsumers>;
   constexpr bool kBf16 = std::is_same_v<T, bf16>;
   if (const char* e = hopper::bind_device_context()) return {e};
   CUtensorMap q_map, k_map, v_map;
@@ -307,7 +326,7 @@ LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream)
   if (const char* e = hopper::encode_tensor_map(&v_map, p.v, kBf16, p.batch, p.kv_heads, p.seq, kD, p.v_strides.batch,
                                                 p.v_strides.head, p.v_strides.seq, Shape::kBlockN))
     return {e};
-  auto* kernel = flash_forward_hopper_kernel<T, kD>;
+  auto* kernel = flash_forward_hopper_kernel<T, kD, kConsumers>;
   const LaunchStatus status = allow_dynamic_shared_memory(kernel, Shape::kBytes);
   if (!status.ok()) return status;
   // Persistent: one block per SM (each holds an SM's shared memory), or fewer when there are fewer items.
@@ -320,6 +339,15 @@ LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream)
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(items, sms));
   kernel<<<grid, Shape::kThreads, Shape::kBytes, stream>>>(q_map, k_map, v_map, p);
   return last_launch_status();
+}
+
+template <typename T, int kD>
+LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream) {
+  if constexpr (kD == 64) {
+    if (hopper_forward_consumers_d64() == 2) return hopper_forward_with<T, kD, 2>(p, stream);
+    return hopper_forward_with<T, kD, 3>(p, stream);
+  }
+  return hopper_forward_with<T, kD, 2>(p, stream);
 }
 
 // =================================================================================================
@@ -958,7 +986,7 @@ bool hopper_flash_present() {
                       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
                       major == 9 && minor == 0;
     cudaFuncAttributes attributes{};
-    const bool loaded = sm90 && cudaFuncGetAttributes(&attributes, flash_forward_hopper_kernel<bf16, 64>) == cudaSuccess &&
+    const bool loaded = sm90 && cudaFuncGetAttributes(&attributes, flash_forward_hopper_kernel<bf16, 64, 3>) == cudaSuccess &&
                         attributes.binaryVersion == 90;
     (void)cudaGetLastError();
     known[device] = loaded ? 1 : 2;
