@@ -4,9 +4,9 @@
 // head_dim 64, FlashAttention-2's two kernels at 128.
 //
 // The forward (the backward's shape is described where it begins): a block is one producer warpgroup and two
-// consumer warpgroups of 64 query rows (head_dim 128; three for head_dim 64, 192 queries). The grid is
-// persistent: one block per SM, each looping over work items (a query block of one head and batch entry), the
-// longest first.
+// consumer warpgroups of 64 query rows (head_dim 128; for head_dim 64 two up to 512 positions, three beyond: 192
+// queries). The grid is persistent: one block per SM, each looping over work items (a query block of one head and
+// batch entry), the longest first.
 //  * the producer (warpgroup 0; one thread issues) copies an item's Q tile once and then each key tile's K and V
 //    into a ring of kStages shared-memory slots by TMA, waiting for a slot to be empty before refilling it, and
 //    runs ahead into the next item while the consumers finish this one. It needs few registers and gives them to
@@ -24,7 +24,6 @@
 // kernels to a trap, and hopper_flash_present says no unless this build has sm_90a code.
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -44,8 +43,8 @@ using namespace flash;
 
 // The block's shape and its shared memory: Q, then the ring's K and V slots (each 1024-byte aligned, as the
 // swizzle needs), the output staging rows, the barriers. Head dim 64 takes three consumer warpgroups (192 query
-// rows: each K/V tile serves more queries, and the accumulators are small) or two (hopper_forward_consumers says
-// when), 128 takes two (FA3's tile sizes).
+// rows: each K/V tile serves more queries, and the accumulators are small) or two at short sequences
+// (hopper_forward_consumers_d64), 128 takes two (FA3's tile sizes).
 template <int kD, int kConsumerWarpgroups>
 struct HopperForwardShape {
   static constexpr int kConsumers = kConsumerWarpgroups;  // warpgroups of kWarpgroupRows query rows
@@ -296,19 +295,35 @@ __global__ void __launch_bounds__(HopperForwardShape<kD, kConsumers>::kThreads, 
 constexpr const char* kTooManyItems =
     "the Hopper flash attention kernels count their work items in 32 bits: batch x heads x row blocks is too many";
 
-// The forward's consumer warpgroups at head dim 64: three (192 queries share each K/V tile) unless
-// TT_HOPPER_FORWARD_CONSUMERS=2 asks for two (128 queries: a short causal sequence wastes fewer products on its
-// diagonal, 20 instead of 24 warpgroup tiles per head at 512 positions). A measurement knob (docs/attention.md),
-// read once; other values are refused by name.
-inline int hopper_forward_consumers_d64() {
-  static const int consumers = [] {
+// The forward's consumer warpgroups at head dim 64: two (128 queries per block) up to kTwoConsumersMaxSeq
+// positions, three (192 queries share each K/V tile) beyond. At 512 positions two compute fewer warpgroup tiles
+// (20 instead of 24 per head: less of the causal diagonal is wasted). Measured, H100, bf16 and fp16
+// (docs/attention.md): medium's 512 positions 26.7-26.9 us with two against 28.1-28.2 with three, long-context's
+// 4096 92.3-93.0 with three against 98.8-98.9 with two; why three win there was not profiled, and lengths in
+// between were not measured. TT_HOPPER_FORWARD_CONSUMERS=2 or 3 overrides the rule (a measurement knob, read once).
+constexpr int64_t kTwoConsumersMaxSeq = 512;
+struct ConsumersKnob {
+  int forced = 0;     // 0: unset
+  std::string error;  // another value, refused by the launcher
+};
+inline const ConsumersKnob& consumers_knob() {
+  static const ConsumersKnob knob = [] {
+    ConsumersKnob k;
     const char* set = std::getenv("TT_HOPPER_FORWARD_CONSUMERS");
-    if (set == nullptr || *set == '\0') return 3;
-    if (std::string(set) == "2" || std::string(set) == "3") return std::atoi(set);
-    std::fprintf(stderr, "TT_HOPPER_FORWARD_CONSUMERS='%s' is not allowed: 2 or 3 (head dim 64 only); using 3\n", set);
-    return 3;
+    const std::string value = set ? set : "";
+    if (value == "2" || value == "3")
+      k.forced = value[0] - '0';
+    else if (!value.empty())
+      k.error = "TT_HOPPER_FORWARD_CONSUMERS='" + value +
+                "' is not allowed: 2 or 3 (the Hopper forward's consumer "
+                "warpgroups at head dim 64), or unset for the rule by sequence length";
+    return k;
   }();
-  return consumers;
+  return knob;
+}
+inline int hopper_forward_consumers_d64(int64_t seq) {
+  if (consumers_knob().forced != 0) return consumers_knob().forced;
+  return seq <= kTwoConsumersMaxSeq ? 2 : 3;
 }
 
 template <typename T, int kD, int kConsumers>
@@ -344,7 +359,8 @@ LaunchStatus hopper_forward_with(const FlashForwardParams& p, gpuStream_t stream
 template <typename T, int kD>
 LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream) {
   if constexpr (kD == 64) {
-    if (hopper_forward_consumers_d64() == 2) return hopper_forward_with<T, kD, 2>(p, stream);
+    if (!consumers_knob().error.empty()) return {consumers_knob().error.c_str()};
+    if (hopper_forward_consumers_d64(p.seq) == 2) return hopper_forward_with<T, kD, 2>(p, stream);
     return hopper_forward_with<T, kD, 3>(p, stream);
   }
   return hopper_forward_with<T, kD, 2>(p, stream);
