@@ -65,8 +65,8 @@ struct TrainConfig {
   // Our AdamW (v4): the dtype of the moments m and v. bf16 moves 20 bytes per parameter in the update
   // instead of 28 (the update still computes in fp32); a resume must keep the checkpoint's.
   Precision optimizer_state_dtype = Precision::kFp32;
-  // Data parallel with our AdamW (v4): ZeRO-1, each of N ranks keeps and updates 1/N of the optimizer's moments
-  // (apps/train/sharded_adamw.h). Checkpoints stay whole, so a resume may switch it (and the world size).
+  // Data parallel with a multi-tensor AdamW (v2-v4): ZeRO-1, each of N ranks keeps and updates 1/N of the
+  // optimizer's moments (apps/train/sharded_adamw.h). Checkpoints stay whole, so a resume may switch it (and the world size).
   bool shard_optimizer = false;
   Precision dtype = Precision::kFp32;
   bool allow_tf32 = false;    // fp32 matmuls on TF32 tensor cores (LibTorch's default, and the workshop's: off)
