@@ -66,7 +66,8 @@ struct TrainConfig {
   // instead of 28 (the update still computes in fp32); a resume must keep the checkpoint's.
   Precision optimizer_state_dtype = Precision::kFp32;
   // Data parallel with a multi-tensor AdamW (v2-v4): ZeRO-1, each of N ranks keeps and updates 1/N of the
-  // optimizer's moments (apps/train/sharded_adamw.h). Checkpoints stay whole, so a resume may switch it (and the world size).
+  // optimizer's moments (apps/train/sharded_adamw.h). Checkpoints stay whole, so a resume may switch it (and the world
+  // size).
   bool shard_optimizer = false;
   Precision dtype = Precision::kFp32;
   bool allow_tf32 = false;    // fp32 matmuls on TF32 tensor cores (LibTorch's default, and the workshop's: off)

@@ -376,8 +376,8 @@ TEST(DataParallelGpu, ShardedOptimizerOnTwoGpusEqualsTheUnshardedOne) {
     double losses, weights, moments;
   };
   for (const std::string stage : {"v3_custom", "v4_ultra"})
-    for (const auto& t : {Tolerance{"fp32", 1e-6, 1e-5, 1e-4},
-                          Tolerance{"bf16", 1e-4, stage == "v3_custom" ? 5e-3 : 2e-3, 2e-2}}) {
+    for (const auto& t :
+         {Tolerance{"fp32", 1e-6, 1e-5, 1e-4}, Tolerance{"bf16", 1e-4, stage == "v3_custom" ? 5e-3 : 2e-3, 2e-2}}) {
       SCOPED_TRACE(stage + " " + t.dtype);
       binary = (build_dir() / stage).string();
       const std::string whole = stage + "_whole_" + t.dtype, sharded = stage + "_sharded_" + t.dtype;
