@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(HopperForwardShape<kD, kConsumers>::kThreads, 
   const int items = query_blocks * q_heads * batches;
   // The query blocks end at the sequence's end, so that where seq is not a multiple of kBlockM the part of a block
   // that holds no query is in the first block, which reads one key tile, and not in the last, which reads them all
-  // (medium: 512 positions in blocks of 192 computed rows -64..127 on 1 tile instead of 512..575 on 4; every row's
+  // (600 positions in blocks of 192, head dim 64: rows -168..23 on 1 tile instead of 576..767 on 5; every row's
   // arithmetic is unchanged). The first block starts before position 0: TMA fills those rows of Q with zeros, every
   // key is masked for them, and their output and log-sum-exp are not stored.
   const int first_row = seq - query_blocks * kBlockM;

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "kernels/flash_attention.cuh"
 #include "kernels/ops/flash_attention.h"
 #include "models/reference.h"
 #include "tests/helpers.h"
@@ -369,6 +370,80 @@ TEST(FlashAttentionGpu, HopperMatchesTheReference) {
   expect_error([&] { hopper(d32.q, d32.k, d32.v); }, "head_dim 32");
 }
 
+// The Hopper forward writes every row in [0, seq) of its output and log-sum-exp, and nothing else. Its first query
+// block may start before row 0 (the blocks end at the sequence's end; the rows before 0 are computed, masked and
+// must not be stored). So the kernel is launched directly on views into NaN-filled buffers: guard rows before and
+// after every head's rows and an extra head around the output, guard entries around the log-sum-exp. The guards must
+// keep their bits, no NaN may be left inside, and the output must equal the op's bitwise (an unwritten row of a fresh
+// tensor could hold a stale right answer; here it holds NaN). Where the first block starts: up to 512 positions
+// (128-row blocks at both head dims) at -127 (seq 1 and 129), -28 (100), -64 (192), -84 (300) and 0 (384); beyond,
+// at head dim 64 (192-row blocks) -168 (600) and 0 (768), at 128 -40 (600) and 0 (768).
+TEST(FlashAttentionGpu, HopperForwardWritesExactlyItsRows) {
+#if !defined(TT_BACKEND_CUDA)
+  GTEST_SKIP() << "launches the Hopper kernel (CUDA builds only) directly";
+#else
+  TT_REQUIRE_GPU();
+  if (!tt::ops::flash_attention_kernel_applies(tt::ops::FlashAttentionKernel::kHopper, torch::kBFloat16, 64))
+    GTEST_SKIP() << "the Hopper flash attention kernel needs an sm_90 GPU and an sm_90a build";
+  torch::manual_seed(13);
+  const Attention hopper = generation(tt::ops::FlashAttentionKernel::kHopper);
+  constexpr int64_t kBatch = 2, kHeads = 4, kKvHeads = 2, kGuard = 70;
+  auto strides_of = [](const torch::Tensor& t) {
+    return tt::kernels::FlashStrides{t.stride(0), t.stride(1), t.stride(2)};
+  };
+  auto same_bits = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return torch::equal(a.contiguous().view(torch::kInt16), b.contiguous().view(torch::kInt16));
+  };
+  for (const int64_t head_dim : {64, 128}) {
+    for (const int64_t seq : {1, 100, 129, 192, 300, 384, 600, 768}) {
+      const std::string label = "head_dim " + std::to_string(head_dim) + ", seq " + std::to_string(seq);
+      const auto in = random_inputs({kBatch, kHeads, kKvHeads, seq, head_dim}, torch::kBFloat16);
+      // [B, S, H, D] memory, as the op allocates its output, with the guards.
+      auto out_buffer = torch::full({kBatch, seq + 2 * kGuard, kHeads + 1, head_dim}, NAN, gpu()).to(torch::kBFloat16);
+      auto lse_buffer = torch::full({kBatch * kHeads * seq + 2 * kGuard}, NAN, gpu());
+      const auto out_before = out_buffer.clone();
+      const auto lse_before = lse_buffer.clone();
+      auto out = out_buffer.narrow(1, kGuard, seq).narrow(2, 0, kHeads).permute({0, 2, 1, 3});  // [B, H, S, D]
+      tt::kernels::FlashForwardParams p{};
+      p.q = in.q.data_ptr();
+      p.k = in.k.data_ptr();
+      p.v = in.v.data_ptr();
+      p.out = out.data_ptr();
+      p.q_strides = strides_of(in.q);
+      p.k_strides = strides_of(in.k);
+      p.v_strides = strides_of(in.v);
+      p.out_strides = strides_of(out);
+      p.lse = lse_buffer.data_ptr<float>() + kGuard;
+      p.batch = kBatch;
+      p.q_heads = kHeads;
+      p.kv_heads = kKvHeads;
+      p.seq = seq;
+      p.head_dim = head_dim;
+      // The default (legacy) stream, which LibTorch's current stream is in these tests.
+      const auto status = tt::kernels::flash_attention_forward(p, tt::kernels::DType::kBFloat16, nullptr,
+                                                               tt::kernels::FlashKernel::kHopper);
+      ASSERT_TRUE(status.ok()) << label << ": " << status.error;
+      torch::cuda::synchronize();
+
+      auto inside = torch::zeros(out_buffer.sizes(), gpu().dtype(torch::kBool));
+      inside.narrow(1, kGuard, seq).narrow(2, 0, kHeads).fill_(true);
+      const auto outside = inside.logical_not();
+      EXPECT_TRUE(same_bits(out_buffer.masked_select(outside), out_before.masked_select(outside)))
+          << label << ": the output's guard rows or extra head were written";
+      const int64_t entries = kBatch * kHeads * seq;
+      for (const int64_t start : {int64_t{0}, kGuard + entries})
+        EXPECT_TRUE(torch::equal(lse_buffer.narrow(0, start, kGuard).view(torch::kInt32),
+                                 lse_before.narrow(0, start, kGuard).view(torch::kInt32)))
+            << label << ": the log-sum-exp's guard entries were written";
+      EXPECT_FALSE(out.isnan().any().item<bool>()) << label << ": output rows left unwritten";
+      EXPECT_FALSE(lse_buffer.narrow(0, kGuard, entries).isnan().any().item<bool>())
+          << label << ": log-sum-exp entries left unwritten";
+      EXPECT_TRUE(same_bits(out, hopper(in.q, in.k, in.v))) << label << ": differs from the op's output";
+    }
+  }
+#endif
+}
+
 // Every kernel the three generations instantiate, once each, at sizes compute-sanitizer gets through in minutes:
 // scripts/gpu_validate.sh runs this test, and only this one of the attention suite, under memcheck, racecheck,
 // synccheck and initcheck. The loops are the launchers' template axes (kernels/flash_attention.cu dispatch(),
@@ -415,14 +490,17 @@ TEST(FlashAttentionGpu, EveryKernelOnceAtSanitizerSize) {
         for (const Config& c : {one_fragment, two_fragments})
           run(c, head_dim, dtype, rope, have_registers ? registers : ours_default,
               have_registers ? "register tiles" : "default");
-    // Hopper forward and backward (bf16, fp16; head_dim 64 and 128; one block layout per head dim). The forward's
-    // grid is persistent (a block per SM): the last case has more work items (2 query blocks x 36 heads x 2 at
-    // head_dim 64, 3 x 36 x 2 at 128) than any GPU we run has SMs, so blocks move on to a second item (Q released
-    // and reloaded, the K/V ring's phases carried across items).
+    // Hopper forward and backward (bf16, fp16; head_dim 64 and 128). The forward's block holds two consumer
+    // warpgroups (128 queries) at head_dim 128, and at head_dim 64 up to 512 positions; three (192) at head_dim 64
+    // beyond. Its grid is persistent (a block per SM): the last two cases have more work items (at seq 300, 3 query
+    // blocks x 36 heads x 2 at either head_dim; at seq 600, 4 x 36 x 2 at head_dim 64 with three consumers, 5 x 36 x 2
+    // at 128) than any GPU we run has SMs, so blocks move on to further items (Q released and reloaded, the K/V
+    // ring's phases carried across items), with each block layout.
     if (have_hopper && head_dim >= 64) {
       for (const auto dtype : {torch::kBFloat16, torch::kFloat16})
         for (const Config& c : {one_fragment, two_fragments}) run(c, head_dim, dtype, false, hopper, "Hopper");
-      run(Config{2, 36, 4, 300, 0}, head_dim, torch::kBFloat16, false, hopper, "Hopper, more items than SMs");
+      for (const int64_t seq : {300, 600})
+        run(Config{2, 36, 4, seq, 0}, head_dim, torch::kBFloat16, false, hopper, "Hopper, more items than SMs");
     }
     // Shared-memory tiles: every dtype, no RoPE in the load, one row layout.
     for (const auto dtype : kDtypes) run(one_fragment, head_dim, dtype, false, tiled, "shared-memory tiles");

@@ -157,10 +157,10 @@ torch::Tensor empty_bshd_as(const torch::Tensor& like) {
 }
 
 // Below this many positions the default keeps the register tiles even where the Hopper kernels apply: at the
-// workshop's 128 the Hopper forward's block of 192 queries is a third empty and it measured slower (H100, bf16
-// forward, kernel_bench: 9.9 against 9.0 us; from 512 positions on it is faster: medium 37.7 against 41.2 us). Those
-// figures are from before its grid became persistent, which made medium 30.6 us; 128 positions was not measured
-// again. The Hopper backward was measured from 512 positions on (H100, bf16, kernel_bench: medium forward + backward
+// workshop's 128 the Hopper forward, then with a block of 192 queries (a third empty there), measured slower (H100,
+// bf16 forward, kernel_bench: 9.9 against 9.0 us; from 512 positions on it is faster: medium 37.7 against 41.2 us).
+// Those figures are from before its grid became persistent, which made medium 30.6 us, and before head dim 64 took
+// blocks of 128 queries up to 512 positions (a full block at 128); 128 positions was not measured again. The Hopper backward was measured from 512 positions on (H100, bf16, kernel_bench: medium forward + backward
 // 140.7 against the register kernels' 156.4 us with its two kernels; 140.2 against 153.7 with the fused kernel and
 // its writer warp), not between 129 and 511.
 constexpr int64_t kHopperDefaultMinSeq = 129;
