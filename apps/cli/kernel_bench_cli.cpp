@@ -54,7 +54,7 @@ int kernel_bench_main(const std::vector<std::string>& args, std::ostream& out, s
                         "Times every implementation of each component (forward, forward+backward) side by side.");
   spec.add_options()("kernels", "Comma-separated families: " + join(bench::families()),
                      cxxopts::value<std::string>()->default_value(join(bench::families())))(
-      "shapes", "Comma-separated shapes: " + join(shape_names()) + " (the last three are long sequences for attention)",
+      "shapes", "Comma-separated shapes: " + join(shape_names()) + " (the last five are long sequences for attention)",
       cxxopts::value<std::string>()->default_value("workshop, medium"))(
       "dtypes", "Comma-separated activation dtypes: " + join(bench::dtypes()) + " (the stages train in fp32 or bf16)",
       cxxopts::value<std::string>()->default_value("fp32,bf16"))(
