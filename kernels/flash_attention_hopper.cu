@@ -358,8 +358,8 @@ LaunchStatus hopper_forward_with(const FlashForwardParams& p, gpuStream_t stream
 
 template <typename T, int kD>
 LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream) {
+  if (!consumers_knob().error.empty()) return {consumers_knob().error.c_str()};  // at any head dim: never ignored
   if constexpr (kD == 64) {
-    if (!consumers_knob().error.empty()) return {consumers_knob().error.c_str()};
     if (hopper_forward_consumers_d64(p.seq) == 2) return hopper_forward_with<T, kD, 2>(p, stream);
     return hopper_forward_with<T, kD, 3>(p, stream);
   }

@@ -372,8 +372,11 @@ void clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
   if (grads.empty()) return;
   auto norms = at::_foreach_norm(grads, 2);
   auto total = torch::linalg_vector_norm(torch::stack(norms).to(torch::kFloat32), 2, std::nullopt, false, std::nullopt);
-  auto scale = (max_norm / (total + 1e-6)).clamp_max(1.0);
-  at::_foreach_mul_(grads, scale);
+  at::_foreach_mul_(grads, clip_factor(total, max_norm));
+}
+
+torch::Tensor clip_factor(const torch::Tensor& norm, double max_norm) {
+  return (max_norm / (norm + 1e-6)).clamp_max(1.0);
 }
 
 }  // namespace tt

@@ -90,5 +90,7 @@ using OptimizerMaker = std::function<std::unique_ptr<Optimizer>(const Transforme
 
 // Scales all gradients so that their global L2 norm is at most max_norm, without a host sync.
 void clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+// clip_grad_norm's factor for a global L2 norm `norm` (a 0-dim fp32 tensor): min(1, max_norm / (norm + 1e-6)).
+torch::Tensor clip_factor(const torch::Tensor& norm, double max_norm);
 
 }  // namespace tt

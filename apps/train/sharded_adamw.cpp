@@ -418,10 +418,10 @@ void ShardedAdamW::step() {
   if (s.ours()) {
     ops::adamw_prepare(s.norm, s.state, s.hyper);
   } else {
-    if (s.clipping() && !s.update.empty()) {  // clip_grad_norm's scale, from the global norm, on the slices
+    if (s.clipping() && !s.update.empty()) {  // clip_grad_norm's factor, from the global norm, on the slices
       std::vector<torch::Tensor> grads;
       for (const auto& u : s.update) grads.push_back(u.grad);
-      at::_foreach_mul_(grads, (s.hyper.max_grad_norm / (s.norm.sqrt().squeeze() + 1e-6)).clamp_max(1.0));
+      at::_foreach_mul_(grads, clip_factor(s.norm.sqrt().squeeze(), s.hyper.max_grad_norm));
     }
     if (!s.steps.empty()) at::_foreach_add_(s.steps, 1.0);
     ++s.host_steps;
