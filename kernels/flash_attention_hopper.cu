@@ -904,21 +904,21 @@ __global__ void __launch_bounds__(hopper::kWarpgroupThreads)
   const float scale = softmax_scale<kD>();
   const float4* sum =
       reinterpret_cast<const float4*>(p.grad_q_accum) + static_cast<int64_t>(blockIdx.x) * kRows * kD / 4;
-  T* out = head_ptr<T>(p.grad_q, p.grad_q_strides, batch, head);
   const int thread = static_cast<int>(threadIdx.x);
-  const int warp_q0 = tile * kRows + hopper::kWarpRows * (thread / kMmaLanes);
+  float grad_q[kD / 8][4];
 #pragma unroll
   for (int n = 0; n < kD / 8; ++n) {
     const float4 v = sum[n * hopper::kWarpgroupThreads + thread];
-    const float values[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int query = warp_q0 + c_row(2 * half);
-      if (query < seq)
-        *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(query) * p.grad_q_strides.seq + c_col(n, 0)) =
-            pack_pair<T>(values[2 * half] * scale, values[2 * half + 1] * scale);
-    }
+    grad_q[n][0] = v.x, grad_q[n][1] = v.y, grad_q[n][2] = v.z, grad_q[n][3] = v.w;
   }
+  // Each warp stages and writes its own 16 rows, 16 bytes at a time, as the other kernels' epilogues do.
+  __shared__ __align__(16) T staging[kRows * kPitch<kD>];
+  const int row0 = hopper::kWarpRows * (thread / kMmaLanes);
+  stage_rows<T, kD>(staging, row0, grad_q, scale, 0, seq, nullptr, nullptr);
+  __syncwarp();
+  store_rows<hopper::kWarpRows, kD, kMmaLanes>(head_ptr<T>(p.grad_q, p.grad_q_strides, batch, head),
+                                               p.grad_q_strides.seq, tile * kRows + row0, seq,
+                                               staging + row0 * kPitch<kD>, lane());
 }
 
 template <typename Kernel>

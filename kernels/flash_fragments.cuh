@@ -264,11 +264,17 @@ __device__ void stage_rows(T* staging, int warp_row0, float (&acc)[kD / 8][4], f
 template <int kRows, int kD, int kThreads, typename T>
 __device__ void store_rows(T* dst, int64_t stride, int row0, int seq, const T* staging, int thread) {
   constexpr int kChunks = kD / 8;
+  constexpr int kChunkBytes = 8 * static_cast<int>(sizeof(T));
   for (int c = thread; c < kRows * kChunks; c += kThreads) {
     const int r = c / kChunks;
     const int col = c % kChunks * 8;
     if (row0 + r < 0 || row0 + r >= seq) continue;
-    store_pack<8>(dst + static_cast<int64_t>(row0 + r) * stride + col, load_pack<8>(staging + r * kPitch<kD> + col));
+    // Copied as uint4s: as a Pack of 8 elements, nvcc split some of these copies (a loop counted from a lane's
+    // index, in the Hopper kernels) into 2- and 4-byte stores.
+    auto* to = reinterpret_cast<uint4*>(dst + static_cast<int64_t>(row0 + r) * stride + col);
+    const auto* from = reinterpret_cast<const uint4*>(staging + r * kPitch<kD> + col);
+#pragma unroll
+    for (int v = 0; v < kChunkBytes / 16; ++v) to[v] = from[v];
   }
 }
 template <int kRows, int kD, int kThreads, typename T>
