@@ -444,6 +444,101 @@ TEST(FlashAttentionGpu, HopperForwardWritesExactlyItsRows) {
 #endif
 }
 
+// The fused Hopper backward (head dim 64) sums dQ over key blocks in fp32 scratch, with a turn counter per query
+// tile, both allocated by the op with torch::empty: the kernels themselves must leave no stale value in the result
+// (the prologue zeroes both; a kernel that wrote the first turn's sum instead of adding it, as was tried, must cover
+// every tile). Launched directly on scratch filled with NaN and garbage counters, the gradients must equal those of
+// a launch on zeroed scratch (values compared, so that -0 and +0 count as equal).
+TEST(FlashAttentionGpu, HopperFusedBackwardNeedsNoZeroedScratch) {
+#if !defined(TT_BACKEND_CUDA)
+  GTEST_SKIP() << "launches the Hopper kernels (CUDA builds only) directly";
+#else
+  TT_REQUIRE_GPU();
+  if (!tt::ops::flash_attention_kernel_applies(tt::ops::FlashAttentionKernel::kHopper, torch::kBFloat16, 64))
+    GTEST_SKIP() << "the Hopper flash attention kernel needs an sm_90 GPU and an sm_90a build";
+  ASSERT_TRUE(tt::kernels::hopper_backward_fused(64));
+  torch::manual_seed(17);
+  constexpr int64_t kBatch = 2, kHeads = 4, kKvHeads = 2, kHeadDim = 64;
+  auto strides_of = [](const torch::Tensor& t) {
+    return tt::kernels::FlashStrides{t.stride(0), t.stride(1), t.stride(2)};
+  };
+  for (const int64_t seq : {129, 300, 1060}) {
+    const std::string label = "seq " + std::to_string(seq);
+    const auto in = random_inputs({kBatch, kHeads, kKvHeads, seq, kHeadDim}, torch::kBFloat16);
+    const auto grad_out = torch::randn({kBatch, kHeads, seq, kHeadDim}, gpu()).to(torch::kBFloat16);
+    auto out = torch::empty_like(in.q);
+    auto lse = torch::empty({kBatch, kHeads, seq}, gpu());
+    tt::kernels::FlashForwardParams f{};
+    f.q = in.q.data_ptr();
+    f.k = in.k.data_ptr();
+    f.v = in.v.data_ptr();
+    f.out = out.data_ptr();
+    f.q_strides = strides_of(in.q);
+    f.k_strides = strides_of(in.k);
+    f.v_strides = strides_of(in.v);
+    f.out_strides = strides_of(out);
+    f.lse = lse.data_ptr<float>();
+    f.batch = kBatch;
+    f.q_heads = kHeads;
+    f.kv_heads = kKvHeads;
+    f.seq = seq;
+    f.head_dim = kHeadDim;
+    // The default (legacy) stream, which LibTorch's current stream is in these tests.
+    const auto forward = tt::kernels::flash_attention_forward(f, tt::kernels::DType::kBFloat16, nullptr,
+                                                              tt::kernels::FlashKernel::kHopper);
+    ASSERT_TRUE(forward.ok()) << label << ": " << forward.error;
+
+    const int64_t tiles = tt::kernels::hopper_grad_q_tiles(seq);
+    auto backward = [&](bool zeroed) {
+      auto grad_q = torch::empty_like(in.q), grad_k = torch::empty_like(in.k), grad_v = torch::empty_like(in.v);
+      auto delta = torch::empty({kBatch, kHeads, seq}, gpu());
+      auto sums = torch::full({kBatch, kHeads, tiles * tt::kernels::kHopperGradQTileRows, kHeadDim},
+                              zeroed ? 0.0 : NAN, gpu());
+      auto turns = torch::full({kBatch, kHeads, tiles}, zeroed ? 0 : 12345, gpu().dtype(torch::kInt32));
+      tt::kernels::FlashBackwardParams b{};
+      b.q = in.q.data_ptr();
+      b.k = in.k.data_ptr();
+      b.v = in.v.data_ptr();
+      b.out = out.data_ptr();
+      b.grad_out = grad_out.data_ptr();
+      b.lse = lse.data_ptr<float>();
+      b.grad_q = grad_q.data_ptr();
+      b.grad_k = grad_k.data_ptr();
+      b.grad_v = grad_v.data_ptr();
+      b.q_strides = strides_of(in.q);
+      b.k_strides = strides_of(in.k);
+      b.v_strides = strides_of(in.v);
+      b.out_strides = strides_of(out);
+      b.grad_out_strides = strides_of(grad_out);
+      b.grad_q_strides = strides_of(grad_q);
+      b.grad_k_strides = strides_of(grad_k);
+      b.grad_v_strides = strides_of(grad_v);
+      b.delta = delta.data_ptr<float>();
+      b.grad_q_accum = sums.data_ptr<float>();
+      b.grad_q_turns = turns.data_ptr<int>();
+      b.batch = kBatch;
+      b.q_heads = kHeads;
+      b.kv_heads = kKvHeads;
+      b.seq = seq;
+      b.head_dim = kHeadDim;
+      const auto status = tt::kernels::flash_attention_backward(b, tt::kernels::DType::kBFloat16, nullptr,
+                                                                tt::kernels::FlashKernel::kHopper);
+      EXPECT_TRUE(status.ok()) << label << ": " << status.error;
+      torch::cuda::synchronize();
+      return std::vector<torch::Tensor>{grad_q, grad_k, grad_v};
+    };
+    const auto on_zeros = backward(true);
+    const auto on_garbage = backward(false);
+    const char* names[] = {"dq", "dk", "dv"};
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_FALSE(on_garbage[i].isnan().any().item<bool>()) << label << ": " << names[i] << " holds NaN";
+      EXPECT_TRUE(torch::equal(on_garbage[i], on_zeros[i]))
+          << label << ": " << names[i] << " differs from the launch on zeroed scratch";
+    }
+  }
+#endif
+}
+
 // Every kernel the three generations instantiate, once each, at sizes compute-sanitizer gets through in minutes:
 // scripts/gpu_validate.sh runs this test, and only this one of the attention suite, under memcheck, racecheck,
 // synccheck and initcheck. The loops are the launchers' template axes (kernels/flash_attention.cu dispatch(),
