@@ -370,6 +370,33 @@ TEST(FlashAttentionGpu, HopperMatchesTheReference) {
   expect_error([&] { hopper(d32.q, d32.k, d32.v); }, "head_dim 32");
 }
 
+#if defined(TT_BACKEND_CUDA)
+tt::kernels::FlashStrides flash_strides(const torch::Tensor& t) {
+  return tt::kernels::FlashStrides{t.stride(0), t.stride(1), t.stride(2)};
+}
+
+// The kernels' forward parameters for [B, H, S, D] inputs, writing `out` and the log-sum-exp at `lse`, for the tests
+// that launch the Hopper kernels directly.
+tt::kernels::FlashForwardParams forward_params(const Inputs& in, const torch::Tensor& out, float* lse) {
+  tt::kernels::FlashForwardParams p{};
+  p.q = in.q.data_ptr();
+  p.k = in.k.data_ptr();
+  p.v = in.v.data_ptr();
+  p.out = out.data_ptr();
+  p.q_strides = flash_strides(in.q);
+  p.k_strides = flash_strides(in.k);
+  p.v_strides = flash_strides(in.v);
+  p.out_strides = flash_strides(out);
+  p.lse = lse;
+  p.batch = in.q.size(0);
+  p.q_heads = in.q.size(1);
+  p.kv_heads = in.k.size(1);
+  p.seq = in.q.size(2);
+  p.head_dim = in.q.size(3);
+  return p;
+}
+#endif
+
 // The Hopper forward writes every row in [0, seq) of its output and log-sum-exp, and nothing else. Its first query
 // block may start before row 0 (the blocks end at the sequence's end; the rows before 0 are computed, masked and
 // must not be stored). So the kernel is launched directly on views into NaN-filled buffers: guard rows before and
@@ -388,9 +415,6 @@ TEST(FlashAttentionGpu, HopperForwardWritesExactlyItsRows) {
   torch::manual_seed(13);
   const Attention hopper = generation(tt::ops::FlashAttentionKernel::kHopper);
   constexpr int64_t kBatch = 2, kHeads = 4, kKvHeads = 2, kGuard = 70;
-  auto strides_of = [](const torch::Tensor& t) {
-    return tt::kernels::FlashStrides{t.stride(0), t.stride(1), t.stride(2)};
-  };
   auto same_bits = [](const torch::Tensor& a, const torch::Tensor& b) {
     return torch::equal(a.contiguous().view(torch::kInt16), b.contiguous().view(torch::kInt16));
   };
@@ -404,21 +428,7 @@ TEST(FlashAttentionGpu, HopperForwardWritesExactlyItsRows) {
       const auto out_before = out_buffer.clone();
       const auto lse_before = lse_buffer.clone();
       auto out = out_buffer.narrow(1, kGuard, seq).narrow(2, 0, kHeads).permute({0, 2, 1, 3});  // [B, H, S, D]
-      tt::kernels::FlashForwardParams p{};
-      p.q = in.q.data_ptr();
-      p.k = in.k.data_ptr();
-      p.v = in.v.data_ptr();
-      p.out = out.data_ptr();
-      p.q_strides = strides_of(in.q);
-      p.k_strides = strides_of(in.k);
-      p.v_strides = strides_of(in.v);
-      p.out_strides = strides_of(out);
-      p.lse = lse_buffer.data_ptr<float>() + kGuard;
-      p.batch = kBatch;
-      p.q_heads = kHeads;
-      p.kv_heads = kKvHeads;
-      p.seq = seq;
-      p.head_dim = head_dim;
+      const auto p = forward_params(in, out, lse_buffer.data_ptr<float>() + kGuard);
       // The default (legacy) stream, which LibTorch's current stream is in these tests.
       const auto status = tt::kernels::flash_attention_forward(p, tt::kernels::DType::kBFloat16, nullptr,
                                                                tt::kernels::FlashKernel::kHopper);
@@ -459,30 +469,13 @@ TEST(FlashAttentionGpu, HopperFusedBackwardNeedsNoZeroedScratch) {
   ASSERT_TRUE(tt::kernels::hopper_backward_fused(64));
   torch::manual_seed(17);
   constexpr int64_t kBatch = 2, kHeads = 4, kKvHeads = 2, kHeadDim = 64;
-  auto strides_of = [](const torch::Tensor& t) {
-    return tt::kernels::FlashStrides{t.stride(0), t.stride(1), t.stride(2)};
-  };
   for (const int64_t seq : {129, 300, 1060}) {
     const std::string label = "seq " + std::to_string(seq);
     const auto in = random_inputs({kBatch, kHeads, kKvHeads, seq, kHeadDim}, torch::kBFloat16);
     const auto grad_out = torch::randn({kBatch, kHeads, seq, kHeadDim}, gpu()).to(torch::kBFloat16);
     auto out = torch::empty_like(in.q);
     auto lse = torch::empty({kBatch, kHeads, seq}, gpu());
-    tt::kernels::FlashForwardParams f{};
-    f.q = in.q.data_ptr();
-    f.k = in.k.data_ptr();
-    f.v = in.v.data_ptr();
-    f.out = out.data_ptr();
-    f.q_strides = strides_of(in.q);
-    f.k_strides = strides_of(in.k);
-    f.v_strides = strides_of(in.v);
-    f.out_strides = strides_of(out);
-    f.lse = lse.data_ptr<float>();
-    f.batch = kBatch;
-    f.q_heads = kHeads;
-    f.kv_heads = kKvHeads;
-    f.seq = seq;
-    f.head_dim = kHeadDim;
+    const auto f = forward_params(in, out, lse.data_ptr<float>());
     // The default (legacy) stream, which LibTorch's current stream is in these tests.
     const auto forward = tt::kernels::flash_attention_forward(f, tt::kernels::DType::kBFloat16, nullptr,
                                                               tt::kernels::FlashKernel::kHopper);
@@ -505,14 +498,14 @@ TEST(FlashAttentionGpu, HopperFusedBackwardNeedsNoZeroedScratch) {
       b.grad_q = grad_q.data_ptr();
       b.grad_k = grad_k.data_ptr();
       b.grad_v = grad_v.data_ptr();
-      b.q_strides = strides_of(in.q);
-      b.k_strides = strides_of(in.k);
-      b.v_strides = strides_of(in.v);
-      b.out_strides = strides_of(out);
-      b.grad_out_strides = strides_of(grad_out);
-      b.grad_q_strides = strides_of(grad_q);
-      b.grad_k_strides = strides_of(grad_k);
-      b.grad_v_strides = strides_of(grad_v);
+      b.q_strides = flash_strides(in.q);
+      b.k_strides = flash_strides(in.k);
+      b.v_strides = flash_strides(in.v);
+      b.out_strides = flash_strides(out);
+      b.grad_out_strides = flash_strides(grad_out);
+      b.grad_q_strides = flash_strides(grad_q);
+      b.grad_k_strides = flash_strides(grad_k);
+      b.grad_v_strides = flash_strides(grad_v);
       b.delta = delta.data_ptr<float>();
       b.grad_q_accum = sums.data_ptr<float>();
       b.grad_q_turns = turns.data_ptr<int>();
