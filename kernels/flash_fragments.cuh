@@ -270,7 +270,7 @@ __device__ void store_rows(T* dst, int64_t stride, int row0, int seq, const T* s
     const int col = c % kChunks * 8;
     if (row0 + r < 0 || row0 + r >= seq) continue;
     // Copied as uint4s: as a Pack of 8 elements, nvcc split some of these copies (a loop counted from a lane's
-    // index, in the Hopper kernels) into 2- and 4-byte stores.
+    // index, in the Hopper kernels) into 4-byte stores.
     auto* to = reinterpret_cast<uint4*>(dst + static_cast<int64_t>(row0 + r) * stride + col);
     const auto* from = reinterpret_cast<const uint4*>(staging + r * kPitch<kD> + col);
 #pragma unroll

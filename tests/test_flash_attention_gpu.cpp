@@ -458,7 +458,8 @@ TEST(FlashAttentionGpu, HopperForwardWritesExactlyItsRows) {
 // tile, both allocated by the op with torch::empty: the kernels themselves must leave no stale value in the result
 // (the prologue zeroes both; a kernel that wrote the first turn's sum instead of adding it, as was tried, must cover
 // every tile). Launched directly on scratch filled with NaN and garbage counters, the gradients must equal those of
-// a launch on zeroed scratch (values compared, so that -0 and +0 count as equal).
+// a launch on zeroed scratch (values compared, so that -0 and +0 count as equal). A prologue that no longer reset
+// the counters would make this test hang on its turns rather than fail; sums left stale fail it.
 TEST(FlashAttentionGpu, HopperFusedBackwardNeedsNoZeroedScratch) {
 #if !defined(TT_BACKEND_CUDA)
   GTEST_SKIP() << "launches the Hopper kernels (CUDA builds only) directly";
