@@ -299,8 +299,9 @@ constexpr const char* kTooManyItems =
 // positions, three (192 queries share each K/V tile) beyond. At 512 positions two compute fewer warpgroup tiles
 // (20 instead of 24 per head: less of the causal diagonal is wasted). Measured, H100, bf16 and fp16
 // (docs/attention.md): medium's 512 positions 26.7-26.9 us with two against 28.1-28.2 with three, long-context's
-// 4096 92.3-93.0 with three against 98.8-98.9 with two; why three win there was not profiled, and lengths in
-// between were not measured. TT_HOPPER_FORWARD_CONSUMERS=2 or 3 overrides the rule (a measurement knob, read once).
+// 4096 92.3-93.0 with three against 98.8-98.9 with two, and three also at 1024 (65.8 against 68.4 us, bf16) and 2048
+// (97.6 against 109.5); why three win there was not profiled. TT_HOPPER_FORWARD_CONSUMERS=2 or 3 overrides the rule
+// (a measurement knob, read once).
 constexpr int64_t kTwoConsumersMaxSeq = 512;
 struct ConsumersKnob {
   int forced = 0;     // 0: unset
@@ -1002,7 +1003,8 @@ bool hopper_flash_present() {
                       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
                       major == 9 && minor == 0;
     cudaFuncAttributes attributes{};
-    const bool loaded = sm90 && cudaFuncGetAttributes(&attributes, flash_forward_hopper_kernel<bf16, 64, 3>) == cudaSuccess &&
+    const bool loaded = sm90 &&
+                        cudaFuncGetAttributes(&attributes, flash_forward_hopper_kernel<bf16, 64, 3>) == cudaSuccess &&
                         attributes.binaryVersion == 90;
     (void)cudaGetLastError();
     known[device] = loaded ? 1 : 2;

@@ -486,8 +486,8 @@ TEST(FlashAttentionGpu, HopperFusedBackwardNeedsNoZeroedScratch) {
     auto backward = [&](bool zeroed) {
       auto grad_q = torch::empty_like(in.q), grad_k = torch::empty_like(in.k), grad_v = torch::empty_like(in.v);
       auto delta = torch::empty({kBatch, kHeads, seq}, gpu());
-      auto sums = torch::full({kBatch, kHeads, tiles * tt::kernels::kHopperGradQTileRows, kHeadDim},
-                              zeroed ? 0.0 : NAN, gpu());
+      auto sums =
+          torch::full({kBatch, kHeads, tiles * tt::kernels::kHopperGradQTileRows, kHeadDim}, zeroed ? 0.0 : NAN, gpu());
       auto turns = torch::full({kBatch, kHeads, tiles}, zeroed ? 0 : 12345, gpu().dtype(torch::kInt32));
       tt::kernels::FlashBackwardParams b{};
       b.q = in.q.data_ptr();

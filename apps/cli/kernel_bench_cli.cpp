@@ -60,12 +60,13 @@ int kernel_bench_main(const std::vector<std::string>& args, std::ostream& out, s
       cxxopts::value<std::string>()->default_value("fp32,bf16"))(
       "warmup", "Untimed runs before each measurement",
       cxxopts::value<int64_t>()->default_value(std::to_string(defaults.warmup)))(
-      "repeats", "Timed runs per measurement", cxxopts::value<int64_t>()->default_value(std::to_string(defaults.repeats)))(
+      "repeats", "Timed runs per measurement",
+      cxxopts::value<int64_t>()->default_value(std::to_string(defaults.repeats)))(
       "flush-mib", "Size of the buffer written before each timed run to flush the caches (MiB)",
       cxxopts::value<int64_t>()->default_value(std::to_string(defaults.flush_mib)))(
       "device-index", "Which GPU to use", cxxopts::value<int64_t>()->default_value("0"))(
-      "output", "Where to write the JSON results (an existing file is replaced)", cxxopts::value<std::string>()->default_value(defaults.output))(
-      "help", "Print this help");
+      "output", "Where to write the JSON results (an existing file is replaced)",
+      cxxopts::value<std::string>()->default_value(defaults.output))("help", "Print this help");
   bench::BenchOptions options;
   try {
     const auto parsed = parse_flags(spec, args);

@@ -160,9 +160,10 @@ torch::Tensor empty_bshd_as(const torch::Tensor& like) {
 // workshop's 128 the Hopper forward, then with a block of 192 queries (a third empty there), measured slower (H100,
 // bf16 forward, kernel_bench: 9.9 against 9.0 us; from 512 positions on it is faster: medium 37.7 against 41.2 us).
 // Those figures are from before its grid became persistent, which made medium 30.6 us, and before head dim 64 took
-// blocks of 128 queries up to 512 positions (a full block at 128); 128 positions was not measured again. The Hopper backward was measured from 512 positions on (H100, bf16, kernel_bench: medium forward + backward
-// 140.7 against the register kernels' 156.4 us with its two kernels; 140.2 against 153.7 with the fused kernel and
-// its writer warp), not between 129 and 511.
+// blocks of 128 queries up to 512 positions (a full block at 128); 128 positions was not measured again. The Hopper
+// backward was measured from 512 positions on (H100, bf16, kernel_bench: medium forward + backward 140.7 against the
+// register kernels' 156.4 us with its two kernels; 140.2 against 153.7 with the fused kernel and its writer warp), not
+// between 129 and 511.
 constexpr int64_t kHopperDefaultMinSeq = 129;
 
 // Whether the Hopper kernel's tensor maps have been seen to read `t` (kernel-ready): no dimension of more than one
