@@ -58,8 +58,9 @@ StageSpec v3_custom() {
 // RMSNorm kernel after it, which also writes the next GEMM's bf16 input: per layer that removes the two add
 // kernels and two casts of the forward, and the adds and casts of their gradients in the backward. Up to
 // kRopeInAttentionMaxSeq positions RoPE has no pass of its own: our flash attention rotates q and k as it loads
-// them from the QKV projection's output, and its backward rotates dq and dk back. Beyond, cuDNN's attention
-// (through SDPA) after tt::ops::rope_qkv is faster than ours (kernel_bench attention_rope; the rule's comment in
+// them from the QKV projection's output, and its backward rotates dq and dk back. Beyond, tt::ops::rope_qkv
+// rotates them and the attention is ours where kernel_bench measured it at least as fast as cuDNN (the Hopper
+// kernels at head dim 64 up to kOurAttentionMaxSeq positions), else cuDNN's through SDPA (both rules' comments in
 // stage.h). The loss takes large logits in chunks (fused_linear_loss), so they never exist whole.
 StageSpec v4_ultra() {
   StageSpec spec = v3_custom();
@@ -67,11 +68,11 @@ StageSpec v4_ultra() {
   spec.summary =
       "v3 as one CUDA/HIP graph per step, with our multi-tensor AdamW writing bf16 weight copies, residual adds fused "
       "into our RMSNorm kernel, the loss in chunks of the logits, and up to 128 positions our flash attention with "
-      "RoPE in its load (beyond: tt::ops::rope_qkv, then SDPA)";
+      "RoPE in its load (beyond: tt::ops::rope_qkv, then ours where measured faster, else SDPA)";
   spec.norm = NormKind::kOurFusedResidual;
   spec.rope = RopeKind::kInOurAttention;
   spec.loss = LossKind::kOurFusedLinear;
-  spec.attention = AttentionKind::kSdpa;
+  spec.attention = AttentionKind::kOurFlashWhereFaster;
   spec.optimizer = OptimizerKind::kOurAdamW;
   spec.compute_copies = true;
   spec.step = StepKind::kGraph;
@@ -254,6 +255,18 @@ nlohmann::json sdpa_backend(const AttentionShape& s, Precision precision, const 
            expand ? "K/V expanded to all heads (fp32)" : (s.kv_heads != s.heads ? "native enable_gqa" : "no GQA")}};
 }
 
+torch::Tensor our_flash_where_faster(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  return our_attention_measured_faster(q.scalar_type(), q.size(3), q.size(2), q.device()) ? ops::flash_attention(q, k, v)
+                                                                                          : sdpa(q, k, v);
+}
+
+nlohmann::json our_flash_where_faster_backend(const AttentionShape& s, Precision precision,
+                                              const torch::Device& device) {
+  if (our_attention_measured_faster(compute_dtype(precision), s.head_dim, s.seq, device))
+    return {{"attention_kernel", "tt::ops::flash_attention (Hopper generation: TMA and wgmma)"}};
+  return sdpa_backend(s, precision, device);
+}
+
 // The loss kinds that take the logits: the head's GEMM (under autocast, as any projection), then the loss.
 template <torch::Tensor (*Loss)(const torch::Tensor&, const torch::Tensor&, int64_t)>
 torch::Tensor head_then_loss(const torch::Tensor& hidden, const torch::Tensor& head_weight, const torch::Tensor& labels,
@@ -364,6 +377,12 @@ const std::vector<AttentionImplementation>& attention_implementations() {
         "(kept for kernel_bench)",
         flash_attention_register_tiles},
        no_backend_choice},
+      // Not in kernel_bench's rows: it runs one of the two entries around it.
+      {{AttentionKind::kOurFlashWhereFaster, "tt::ops::flash_attention where faster, else SDPA",
+        "our flash attention where kernel_bench measured it at least as fast as cuDNN (the Hopper kernels at head "
+        "dim 64, 129 to 512 positions), else at::scaled_dot_product_attention",
+        our_flash_where_faster},
+       our_flash_where_faster_backend},
       {{AttentionKind::kOurFlash, "tt::ops::flash_attention",
         "our flash attention kernel (tt::ops::flash_attention): on Hopper TMA/wgmma kernels (bf16/fp16, head_dim "
         "64/128), else register tiles (mma.sync) for bf16/fp16 on NVIDIA; online softmax, native GQA, deterministic "
@@ -419,6 +438,11 @@ const Implementation<NormKind, NormFn>& implementation(NormKind kind) {
 }
 bool rope_in_our_attention(RopeKind rope, int64_t seq) {
   return rope == RopeKind::kInOurAttention && seq <= kRopeInAttentionMaxSeq;
+}
+
+bool our_attention_measured_faster(torch::ScalarType dtype, int64_t head_dim, int64_t seq, const torch::Device& device) {
+  return device.is_cuda() && head_dim == 64 && seq > kRopeInAttentionMaxSeq && seq <= kOurAttentionMaxSeq &&
+         ops::flash_attention_kernel_applies(ops::FlashAttentionKernel::kHopper, dtype, head_dim);
 }
 
 const RopeImplementation& implementation(RopeKind kind) {

@@ -36,7 +36,16 @@ enum class RopeKind { kReference, kCachedTables, kOurKernel, kOurKernelOnQkv, kI
 // kOurFlashSharedMemory: the first generation of our kernel, kept for kernel_bench's step-by-step table; no stage
 // uses it. kOurFlashRegisterTiles: the second generation (mma.sync, bf16/fp16 on NVIDIA), which kOurFlash runs
 // except where the Hopper generation applies; kept selectable for kernel_bench's table.
-enum class AttentionKind { kMaskedMatmul, kSdpa, kOurFlash, kOurFlashSharedMemory, kOurFlashRegisterTiles };
+// kOurFlashWhereFaster (v4's rule): our kernel where kernel_bench measured it at least as fast as cuDNN
+// (our_attention_measured_faster), SDPA everywhere else.
+enum class AttentionKind {
+  kMaskedMatmul,
+  kSdpa,
+  kOurFlash,
+  kOurFlashSharedMemory,
+  kOurFlashRegisterTiles,
+  kOurFlashWhereFaster
+};
 enum class ActivationKind { kReference, kOurKernel, kOurKernelStrided };
 // kOurFusedLinear: the output head's GEMM and our loss kernels chunk by chunk (tt::ops::linear_cross_entropy).
 enum class LossKind { kReference, kOurKernel, kOurFusedLinear };
@@ -110,6 +119,18 @@ constexpr int64_t kRopeInAttentionMaxSeq = 128;
 
 // Whether a stage's attention over `seq` positions (no KV cache) is our kernel with RoPE in its load.
 bool rope_in_our_attention(RopeKind rope, int64_t seq);
+
+// AttentionKind::kOurFlashWhereFaster's rule, read off kernel_bench attention_rope (H100, bf16 and fp16, forward +
+// backward, each after tt::ops::rope_qkv, two runs): our Hopper kernels beat SDPA (cuDNN) at head dim 64 and 512
+// positions (medium: 148.1-148.8 against 151.8-152.4 us) and lose at 1024 (d64-s1024: 399.4-399.8 against
+// 337.2-338.4 us); at head dim 128 and at 4096 positions cuDNN is faster (docs/attention.md). Lengths from 129 to
+// 511 (where our default is the Hopper generation, as at 512) were not measured.
+constexpr int64_t kOurAttentionMaxSeq = 512;
+
+// Whether our flash attention takes the place of SDPA for these inputs under kOurFlashWhereFaster: head dim 64,
+// more than kRopeInAttentionMaxSeq and at most kOurAttentionMaxSeq positions, where the Hopper generation runs
+// (bf16/fp16 on an sm_90 GPU with an sm_90a build).
+bool our_attention_measured_faster(torch::ScalarType dtype, int64_t head_dim, int64_t seq, const torch::Device& device);
 
 // The shapes an attention call sees in a run, for describing which backend it picks.
 struct AttentionShape {

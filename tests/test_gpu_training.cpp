@@ -5,6 +5,7 @@
 
 #include "apps/train/run_result.h"
 #include "apps/train/trainer.h"
+#include "kernels/ops/flash_attention.h"
 #include "tests/equivalence.h"
 #include "tests/helpers.h"
 
@@ -98,6 +99,60 @@ TEST_P(GpuStageEquivalence, LongSequenceClippedUntiedMatchesV1InBf16WithinTwiceV
 TEST_P(GpuStageEquivalence, MatchesV1InBf16WithinTwiceV1sOwnError) {
   TT_REQUIRE_GPU();
   expect_gpu_bf16_equivalent(GetParam()(), gpu_config("fp32"), gpu_config("bf16"));
+}
+
+// v4's attention beyond RoPE in the load (AttentionKind::kOurFlashWhereFaster): where the rule says ours, the result
+// is bitwise our kernel's, elsewhere SDPA's (the two differ in their bits, checked too, so the test can tell them
+// apart). Ours only where the Hopper generation runs: head dim 64, 129 to 512 positions, bf16/fp16.
+TEST(GpuStageEquivalenceV4Rule, OursWhereMeasuredFasterAndSdpaElsewhere) {
+  TT_REQUIRE_GPU();
+  const torch::Device gpu(torch::kCUDA, 0);
+  const bool hopper = ops::flash_attention_kernel_applies(ops::FlashAttentionKernel::kHopper, torch::kBFloat16, 64);
+  const AttentionFn rule = implementation(AttentionKind::kOurFlashWhereFaster).fn;
+  const AttentionFn sdpa = implementation(AttentionKind::kSdpa).fn;
+  const AttentionFn ours = implementation(AttentionKind::kOurFlash).fn;
+  struct Case {
+    torch::ScalarType dtype;
+    int64_t head_dim, seq;
+    bool ours;
+  };
+  const std::vector<Case> cases = {{torch::kBFloat16, 64, 129, hopper}, {torch::kFloat16, 64, 512, hopper},
+                                   {torch::kBFloat16, 64, 128, false},  {torch::kBFloat16, 64, 513, false},
+                                   {torch::kBFloat16, 128, 512, false}, {torch::kFloat32, 64, 512, false}};
+  torch::manual_seed(3);
+  for (const Case& c : cases) {
+    const std::string what = std::string(c10::toString(c.dtype)) + " head dim " + std::to_string(c.head_dim) + ", " +
+                             std::to_string(c.seq) + " positions";
+    EXPECT_EQ(our_attention_measured_faster(c.dtype, c.head_dim, c.seq, gpu), c.ours) << what;
+    const auto options = torch::TensorOptions().device(gpu).dtype(c.dtype);
+    const auto q = torch::randn({2, 4, c.seq, c.head_dim}, options);
+    const auto k = torch::randn({2, 2, c.seq, c.head_dim}, options), v = torch::randn_like(k);
+    const auto out = rule(q, k, v);
+    EXPECT_TRUE(torch::equal(out, (c.ours ? ours : sdpa)(q, k, v))) << what;
+    EXPECT_FALSE(torch::equal(out, (c.ours ? sdpa : ours)(q, k, v))) << what << ": the two kernels gave the same bits";
+  }
+}
+
+// v4 where the rule runs our attention (head dim 64, 160 positions: rope_qkv, then our Hopper kernels on an sm_90
+// GPU; SDPA on others) against v1, and the result names the kernel the rule picked.
+TEST(GpuStageEquivalenceV4Rule, V4AtHeadDim64Beyond128PositionsMatchesV1InBf16) {
+  TT_REQUIRE_GPU();
+  auto head_dim_64 = [](const std::string& dtype) {
+    RunConfig c = testing::long_untied_clipped(gpu_config(dtype));
+    c.model.hidden_dim = 256;  // 4 heads of 64
+    return c;
+  };
+  ASSERT_EQ(head_dim_64("bf16").model.head_dim(), 64);
+  expect_gpu_bf16_equivalent(stages::v4_ultra(), head_dim_64("fp32"), head_dim_64("bf16"));
+  std::ostringstream log;
+  const auto result = train_result(stages::v4_ultra(), head_dim_64("bf16"), torch::Device(torch::kCUDA, 0), log);
+  const bool hopper = ops::flash_attention_kernel_applies(ops::FlashAttentionKernel::kHopper, torch::kBFloat16, 64);
+  const auto& stage = result["stage"];
+  if (hopper) {
+    EXPECT_EQ(stage.value("attention_kernel", ""), "tt::ops::flash_attention (Hopper generation: TMA and wgmma)");
+  } else {
+    EXPECT_TRUE(stage.contains("sdpa_backend")) << stage.dump();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, GpuStageEquivalence,
