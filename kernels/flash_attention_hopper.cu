@@ -378,8 +378,8 @@ LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream)
 //    dK += dS^T Q (dO and Q MN-major: the tiles loaded K-major for the first two products serve transposed for the
 //    last two).
 //  * head_dim 64, the same kernel also makes dQ (FlashAttention-3's five products): dS^T goes to shared memory,
-//    each consumer multiplies its 64 keys' dS by their K, and a writer warp adds the two shares to the query tile's
-//    fp32 dQ sum in the block's turn (the kernel's comment). A prologue writes delta = rowsum(dO * O) and zeroes
+//    each consumer multiplies its 64 keys' dS by their K, and a writer warp (one per share slot) adds the two shares
+//    to the query tile's fp32 dQ sum in the block's turn (the kernel's comment). A prologue writes delta = rowsum(dO * O) and zeroes
 //    the sums first; an epilogue writes dQ from them.
 //  * head_dim 128, dQ has a kernel of its own, run first (it writes delta): resident Q and dO of 128 queries,
 //    streamed K and V tiles of 64 keys up to the diagonal. S = Q K^T and dP = dO V^T again (seven products per
@@ -411,7 +411,7 @@ __device__ __forceinline__ void tma_load_rows(unsigned char* tile, const CUtenso
 // Every backward kernel's shape: kResidentRows rows of two operands held for the whole block (Q and dO, or K and V),
 // and tiles of kStreamedRows rows of two others streamed through kStages ring slots. kStats: the streamed rows' lse and
 // delta come with them (dK/dV). kGradQ: the block also computes dQ (the fused kernel): dS^T goes through shared
-// memory, and each consumer's dQ share through fp32 rows in two slots, for a writer warp. Then the staging
+// memory, and each consumer's dQ share through fp32 rows in two slots, each for its writer warp. Then the staging
 // rows of the output and the barriers.
 template <int kHeadDim, int kResident, int kStreamed, bool kStats, bool kGradQ = false>
 struct HopperBackwardShape {
@@ -484,7 +484,7 @@ struct BackwardBlock {
   }
   __device__ float* delta(int slot) const { return lse(slot) + Shape::kStreamedRows; }
   // The fused kernel's dS^T (consumer c's 64 rows from consumer * 64), consumer c's fp32 dQ share in a share slot,
-  // and the slot's barriers (full: both consumers stored theirs; empty: the writer is done with it).
+  // and the slot's barriers (full: both consumers stored theirs; empty: the slot's writer is done with it).
   __device__ unsigned char* ds(int consumer) const {
     return smem + Shape::kDs + consumer * hopper::kWarpgroupRows * hopper::kSwizzleRowBytes;
   }
@@ -512,7 +512,7 @@ struct BackwardBlock {
       }
       for (int slot = 0; slot < (Shape::kGradQBytes > 0 ? Shape::kShareSlots : 0); ++slot) {
         hopper::barrier_init(block.share_full(slot), Shape::kConsumers * hopper::kWarpgroupThreads);
-        hopper::barrier_init(block.share_empty(slot), kMmaLanes);  // every lane of the writer warp
+        hopper::barrier_init(block.share_empty(slot), kMmaLanes);  // every lane of the slot's writer warp
       }
       hopper::barrier_init_fence();
     }
@@ -559,8 +559,8 @@ __device__ __forceinline__ void accumulate_product(float (&acc)[kD / 8][4], cons
 }
 // The fused kernel's dQ for one streamed tile. Each consumer stores its share (dS K over its own 64 keys) in the
 // accumulator's fragment order (the order the global fp32 sum keeps too; the epilogue kernel reads it back) and
-// arrives on the share slot's full barrier. The writer warp (write_grad_q_sums) does the rest while the consumers
-// go on.
+// arrives on the share slot's full barrier. The slot's writer warp (write_grad_q_sums) does the rest while the
+// consumers go on.
 template <int kD>
 __device__ __forceinline__ void store_grad_q_share(const float (&grad_q)[kD / 8][4], float* share) {
   const int thread = static_cast<int>(threadIdx.x) % hopper::kWarpgroupThreads;
@@ -570,21 +570,26 @@ __device__ __forceinline__ void store_grad_q_share(const float (&grad_q)[kD / 8]
         make_float4(grad_q[n][0], grad_q[n][1], grad_q[n][2], grad_q[n][3]);
 }
 
-// The writer warp: for each streamed tile, waits for both consumers' shares, sums them in a fixed order (the first
-// consumer's + the second's, into the first's), waits for this key block's turn on the query tile, adds the sum to
-// the tile's fp32 dQ in global memory with one bulk reduction (cp.reduce.async.bulk .add.f32), waits for it to
-// complete, passes the turn on and frees the slot. head_of(i) and q0_of(i): step i's query head and first query.
+// A writer warp, one per share slot (`slot`: it takes the steps whose shares sit there): for each of its streamed
+// tiles, waits for both consumers' shares, sums them in a fixed order (the first consumer's + the second's, into the
+// first's), waits for this key block's turn on the query tile, adds the sum to the tile's fp32 dQ in global memory
+// with one bulk reduction (cp.reduce.async.bulk .add.f32), waits for it to complete, passes the turn on and frees
+// the slot. One warp for both slots was the kernel's bottleneck: its chain per tile (the sum, the turn's poll, the
+// reduction's completion, the release) took longer than the consumers' step, and they waited for the slot (ncu,
+// H100, long-context: 18% of the kernel's stall samples on that wait; without the turns, forward + backward 413
+// against 545 us). Two warps run two tiles' chains at once; each tile's turns keep their order, so dQ does not
+// change. head_of(i) and q0_of(i): step i's query head and first query.
 template <typename Shape, typename HeadOf, typename Q0Of>
 __device__ __forceinline__ void write_grad_q_sums(const BackwardBlock<Shape>& block, const FlashBackwardParams& p,
-                                                  int batch, int k0, int steps, HeadOf head_of, Q0Of q0_of) {
+                                                  int batch, int k0, int steps, int slot, HeadOf head_of,
+                                                  Q0Of q0_of) {
   using namespace hopper;
   using Block = BackwardBlock<Shape>;
   constexpr int kRows = Shape::kStreamedRows;  // a tile's queries
   constexpr int kVectors = Shape::kGradQShareBytes / 16;
   const int key_block = k0 / Shape::kResidentRows;
   const int tiles = static_cast<int>((p.seq + kRows - 1) / kRows);
-  for (int i = 0; i < steps; ++i) {
-    const int slot = Block::share_slot_of(i);
+  for (int i = slot; i < steps; i += Shape::kShareSlots) {
     barrier_wait(block.share_full(slot), Block::share_parity(i));
     float4* sum = reinterpret_cast<float4*>(block.grad_q_share(slot, 0));
 #pragma unroll 4
@@ -710,9 +715,9 @@ __global__ void __launch_bounds__(HopperBackwardQShape<kD>::kThreads, 1)
 // first key, each for every query head of the group, in that fixed order.
 // With dQ: a query tile's dQ sums over every key block up to its diagonal, and the blocks take turns on it (a
 // counter per tile) in key-block order, so that the sum's order, and dQ, are the same on every run: each block's
-// writer warp adds the block's share to the tile's fp32 sum (zeroed by the prologue) in L2 by one bulk reduction,
-// while the consumers go on with the next tiles (two share slots); the epilogue kernel scales and converts the sums
-// afterwards. Blocks that start together reach a tile at the same step (the stream
+// writer warps (one per share slot, so two tiles' turns are awaited at once) add the block's share to the tile's
+// fp32 sum (zeroed by the prologue) in L2 by one bulk reduction, while the consumers go on with the next tiles; the
+// epilogue kernel scales and converts the sums afterwards. Blocks that start together reach a tile at the same step (the stream
 // runs from the last tile down), so a turn costs the waits of the blocks before it, not their work; and a block
 // only ever waits for earlier key blocks, which come first in the grid, so the turns cannot deadlock on a block
 // not yet launched. That assumes what CUDA does but does not promise: blocks are dispatched in blockIdx order
@@ -773,8 +778,10 @@ __global__ void __launch_bounds__(HopperBackwardShape<kD, 128, kBackwardBoxRows,
         }
         barrier_arrive(block.full(slot));  // releases the writes to the consumers that wait on the phase
       }
-    } else if (warp_in_warpgroup() == 2) {  // the writer warp: each tile's dQ sum, in its turn
-      if constexpr (kGradQ) write_grad_q_sums(block, p, batch, k0, steps, head_of, q0_of);
+    } else if (warp_in_warpgroup() >= 2) {  // warps 2 and 3, the writer warps: each tile's dQ sum, in its turn, one
+                                            // warp per share slot
+      static_assert(!kGradQ || Shape::kShareSlots == 2, "one writer warp per share slot: warps 2 and 3");
+      if constexpr (kGradQ) write_grad_q_sums(block, p, batch, k0, steps, warp_in_warpgroup() - 2, head_of, q0_of);
     }
     return;
   }
