@@ -379,8 +379,8 @@ LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream)
 //    last two).
 //  * head_dim 64, the same kernel also makes dQ (FlashAttention-3's five products): dS^T goes to shared memory,
 //    each consumer multiplies its 64 keys' dS by their K, and a writer warp (one per share slot) adds the two shares
-//    to the query tile's fp32 dQ sum in the block's turn (the kernel's comment). A prologue writes delta = rowsum(dO * O) and zeroes
-//    the sums first; an epilogue writes dQ from them.
+//    to the query tile's fp32 dQ sum in the block's turn (the kernel's comment). A prologue writes
+//    delta = rowsum(dO * O) and zeroes the sums first; an epilogue writes dQ from them.
 //  * head_dim 128, dQ has a kernel of its own, run first (it writes delta): resident Q and dO of 128 queries,
 //    streamed K and V tiles of 64 keys up to the diagonal. S = Q K^T and dP = dO V^T again (seven products per
 //    tile pair in all), dS = P * (dP - delta) in registers, dQ += dS K with dS from registers and K MN-major.
@@ -581,8 +581,7 @@ __device__ __forceinline__ void store_grad_q_share(const float (&grad_q)[kD / 8]
 // change. head_of(i) and q0_of(i): step i's query head and first query.
 template <typename Shape, typename HeadOf, typename Q0Of>
 __device__ __forceinline__ void write_grad_q_sums(const BackwardBlock<Shape>& block, const FlashBackwardParams& p,
-                                                  int batch, int k0, int steps, int slot, HeadOf head_of,
-                                                  Q0Of q0_of) {
+                                                  int batch, int k0, int steps, int slot, HeadOf head_of, Q0Of q0_of) {
   using namespace hopper;
   using Block = BackwardBlock<Shape>;
   constexpr int kRows = Shape::kStreamedRows;  // a tile's queries
@@ -717,9 +716,9 @@ __global__ void __launch_bounds__(HopperBackwardQShape<kD>::kThreads, 1)
 // counter per tile) in key-block order, so that the sum's order, and dQ, are the same on every run: each block's
 // writer warps (one per share slot, so two tiles' turns are awaited at once) add the block's share to the tile's
 // fp32 sum (zeroed by the prologue) in L2 by one bulk reduction, while the consumers go on with the next tiles; the
-// epilogue kernel scales and converts the sums afterwards. Blocks that start together reach a tile at the same step (the stream
-// runs from the last tile down), so a turn costs the waits of the blocks before it, not their work; and a block
-// only ever waits for earlier key blocks, which come first in the grid, so the turns cannot deadlock on a block
+// epilogue kernel scales and converts the sums afterwards. Blocks that start together reach a tile at the same step
+// (the stream runs from the last tile down), so a turn costs the waits of the blocks before it, not their work; and a
+// block only ever waits for earlier key blocks, which come first in the grid, so the turns cannot deadlock on a block
 // not yet launched. That assumes what CUDA does but does not promise: blocks are dispatched in blockIdx order
 // (FlashAttention-3's deterministic mode and CUTLASS's semaphores assume it too); and the prologue runs before the
 // kernel on the same stream, with no programmatic dependent launch.

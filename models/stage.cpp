@@ -256,8 +256,9 @@ nlohmann::json sdpa_backend(const AttentionShape& s, Precision precision, const 
 }
 
 torch::Tensor our_flash_where_faster(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  return our_attention_measured_faster(q.scalar_type(), q.size(3), q.size(2), q.device()) ? ops::flash_attention(q, k, v)
-                                                                                          : sdpa(q, k, v);
+  return our_attention_measured_faster(q.scalar_type(), q.size(3), q.size(2), q.device())
+             ? ops::flash_attention(q, k, v)
+             : sdpa(q, k, v);
 }
 
 nlohmann::json our_flash_where_faster_backend(const AttentionShape& s, Precision precision,
@@ -440,7 +441,8 @@ bool rope_in_our_attention(RopeKind rope, int64_t seq) {
   return rope == RopeKind::kInOurAttention && seq <= kRopeInAttentionMaxSeq;
 }
 
-bool our_attention_measured_faster(torch::ScalarType dtype, int64_t head_dim, int64_t seq, const torch::Device& device) {
+bool our_attention_measured_faster(torch::ScalarType dtype, int64_t head_dim, int64_t seq,
+                                   const torch::Device& device) {
   return device.is_cuda() && head_dim == 64 && seq > kRopeInAttentionMaxSeq && seq <= kOurAttentionMaxSeq &&
          ops::flash_attention_kernel_applies(ops::FlashAttentionKernel::kHopper, dtype, head_dim);
 }

@@ -174,7 +174,8 @@ std::vector<Case> attention_cases(const BenchShape& shape, torch::ScalarType dty
   const bool registers =
       device.is_cuda() && ops::flash_attention_kernel_applies(ops::FlashAttentionKernel::kRegisterTiles, dtype, head_dim);
   for (const auto& e : attention_implementations())
-    if (e.kind != AttentionKind::kOurFlashWhereFaster && (e.kind != AttentionKind::kMaskedMatmul || shape.seq <= 1024) &&
+    if (e.kind != AttentionKind::kOurFlashWhereFaster &&
+        (e.kind != AttentionKind::kMaskedMatmul || shape.seq <= 1024) &&
         (e.kind != AttentionKind::kOurFlashRegisterTiles || registers))
       entries.push_back(e);
   return entry_cases(entries, forward_bytes, 3 * forward_bytes, {qg, kg, vg}, {torch::randn_like(q)},
