@@ -120,11 +120,13 @@ constexpr int64_t kRopeInAttentionMaxSeq = 128;
 // Whether a stage's attention over `seq` positions (no KV cache) is our kernel with RoPE in its load.
 bool rope_in_our_attention(RopeKind rope, int64_t seq);
 
-// AttentionKind::kOurFlashWhereFaster's rule, read off kernel_bench attention_rope (H100, bf16 and fp16, forward +
-// backward, each after tt::ops::rope_qkv, two runs): our Hopper kernels beat SDPA (cuDNN) at head dim 64 and 512
+// AttentionKind::kOurFlashWhereFaster's rule, read off kernel_bench (H100, bf16 and fp16, forward + backward, two
+// runs): after tt::ops::rope_qkv (attention_rope) our Hopper kernels beat SDPA (cuDNN) at head dim 64 and 512
 // positions (medium: 148.1-148.8 against 151.8-152.4 us) and lose at 1024 (d64-s1024: 399.4-399.8 against
-// 337.2-338.4 us); at head dim 128 and at 4096 positions cuDNN is faster (docs/attention.md). Lengths from 129 to
-// 511 (where our default is the Hopper generation, as at 512) were not measured.
+// 337.2-338.4 us); the attention alone beats it at 256 (d64-s256: 92.3-93.4 against 104.1-143.1 us); at head dim 128
+// and at 4096 positions cuDNN is faster (docs/attention.md). Lengths from 129 to 255 and 257 to 511 (where our
+// default is the Hopper generation too) were not measured. The two writer warps since made ours 0.98-0.99x cuDNN at
+// d64-s1024, still below.
 constexpr int64_t kOurAttentionMaxSeq = 512;
 
 // Whether our flash attention takes the place of SDPA for these inputs under kOurFlashWhereFaster: head dim 64,
