@@ -16,8 +16,32 @@ ProjectionImpl::ProjectionImpl(int64_t in_features, int64_t out_features) {
   torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
 }
 
+namespace {
+// The gathered cast in the graph where autocast's cast of the weight would be: the forward returns the cast (the
+// same bf16 values autocast's cast of the whole, updated weight gives), and the backward hands the weight the
+// gradient converted to the weight's dtype, as the cast's backward does.
+struct GatheredCast : public torch::autograd::Function<GatheredCast> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& weight,
+                               const torch::Tensor& cast) {
+    ctx->saved_data["dtype"] = static_cast<int64_t>(weight.scalar_type());
+    return cast.view_as(cast);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
+    return {grads[0].to(dtype), torch::Tensor()};
+  }
+};
+}  // namespace
+
+torch::Tensor ProjectionImpl::forward_weight() const {
+  if (compute_weight.defined()) return compute_weight;
+  if (gathered_cast.defined()) return GatheredCast::apply(weight, gathered_cast);
+  return weight;
+}
+
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
-  return torch::nn::functional::linear(x, compute_weight.defined() ? compute_weight : weight);
+  return torch::nn::functional::linear(x, forward_weight());
 }
 
 // ---- RMSNorm ------------------------------------------------------------------------------------
@@ -152,12 +176,11 @@ MLPImpl::MLPImpl(const ModelConfig& c, const StageSpec& spec)
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   torch::Tensor hidden;
   if (gate_up_proj && pitfall_ == Pitfall::kNaiveSwiglu) {
-    const auto& w = gate_up_proj->compute_weight.defined() ? gate_up_proj->compute_weight : gate_up_proj->weight;
-    hidden = ops::naive_swiglu(x, w);
+    hidden = ops::naive_swiglu(x, gate_up_proj->forward_weight());
   } else if (gate_up_proj && pitfall_ == Pitfall::kNonContiguous) {
     // The same GEMM computed as W x^T and transposed back, as an unfused transpose leaves it: [rows, 2F] with
     // column stride rows, which the activation reads in place through its strided path.
-    const auto& w = gate_up_proj->compute_weight.defined() ? gate_up_proj->compute_weight : gate_up_proj->weight;
+    const auto w = gate_up_proj->forward_weight();
     const auto rows = x.reshape({-1, x.size(-1)});
     auto out_sizes = x.sizes().vec();
     out_sizes.back() = w.size(0);

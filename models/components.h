@@ -23,12 +23,20 @@ struct KVCache {
 // TransformerImpl::enable_compute_copies): the forward then reads the
 // copy, which the optimizer rewrites after each update, instead of casting W in every step; the gradient
 // lands on the copy (a leaf) and the optimizer adds it to W's update.
+//
+// A sharded optimizer in a bf16 autocast run without compute copies (ZeRO-1 for v2 and v3) gives it a gathered cast
+// instead (gathered_cast, TransformerImpl::enable_gathered_casts): W's bf16 cast, kept whole by the optimizer, which
+// all-gathers the cast of each rank's updated slice instead of the fp32 slice (half the bytes). The forward reads it
+// where autocast would have cast W, and the gradient reaches W as through autocast's cast: the same arithmetic.
 class ProjectionImpl : public torch::nn::Module {
  public:
   ProjectionImpl(int64_t in_features, int64_t out_features);
   torch::Tensor forward(const torch::Tensor& x);
+  // The weight the forward multiplies by: the compute copy, the gathered cast (through gathered_cast_of), or W.
+  torch::Tensor forward_weight() const;
   torch::Tensor weight;
   torch::Tensor compute_weight;  // undefined without a compute copy
+  torch::Tensor gathered_cast;   // undefined without a sharded optimizer's gathered cast
 };
 TORCH_MODULE(Projection);
 

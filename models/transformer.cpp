@@ -149,6 +149,28 @@ void TransformerImpl::enable_compute_copies(torch::Dtype dtype) {
 void TransformerImpl::refresh_compute_copies() {
   torch::NoGradGuard no_grad;
   for (auto& c : compute_copies_) c.copy.copy_(c.master);
+  for (const auto& m : modules(/*include_self=*/false))
+    if (auto* projection = m->as<ProjectionImpl>(); projection && projection->gathered_cast.defined())
+      projection->gathered_cast.copy_(projection->weight);
+}
+
+void TransformerImpl::enable_gathered_casts(torch::Dtype dtype) {
+  TORCH_CHECK(compute_copies_.empty(), "gathered casts replace autocast's casts; this model has compute copies");
+  torch::NoGradGuard no_grad;
+  for (const auto& m : modules(/*include_self=*/false))
+    if (auto* projection = m->as<ProjectionImpl>()) projection->gathered_cast = projection->weight.detach().to(dtype);
+}
+
+void TransformerImpl::disable_gathered_casts() {
+  for (const auto& m : modules(/*include_self=*/false))
+    if (auto* projection = m->as<ProjectionImpl>()) projection->gathered_cast = torch::Tensor();
+}
+
+ProjectionImpl* TransformerImpl::projection_of(const torch::Tensor& parameter) const {
+  for (const auto& m : modules(/*include_self=*/false))
+    if (auto* projection = m->as<ProjectionImpl>(); projection && projection->weight.is_same(parameter))
+      return projection;
+  return nullptr;
 }
 
 torch::Tensor TransformerImpl::gradient_of(const torch::Tensor& parameter) const {

@@ -63,6 +63,12 @@ class TransformerImpl : public torch::nn::Module {
   void enable_compute_copies(torch::Dtype dtype);
   const std::vector<ComputeCopy>& compute_copies() const { return compute_copies_; }
   void refresh_compute_copies();
+  // Gathered casts (ProjectionImpl::gathered_cast): every projection weight's cast to `dtype`, for a sharded
+  // optimizer to keep whole; refreshed with the compute copies. disable_gathered_casts drops them.
+  void enable_gathered_casts(torch::Dtype dtype);
+  void disable_gathered_casts();
+  // The projection whose weight is `parameter`, or null.
+  ProjectionImpl* projection_of(const torch::Tensor& parameter) const;
   // A parameter's gradient: its own .grad plus its compute copy's (a tied weight has both), in fp32;
   // undefined when there is neither.
   torch::Tensor gradient_of(const torch::Tensor& parameter) const;

@@ -43,6 +43,7 @@ struct ShardedAdamW::Impl {
   std::vector<torch::Tensor> steps;
   int64_t host_steps = 0;
 
+  // The gradient leaves, then the gathered casts (entries to gather only: tensor is the cast, grad_slice undefined).
   struct Leaf {
     torch::Tensor tensor;  // the leaf itself, whose .grad() the backward fills
     Sliced sliced;
@@ -53,6 +54,10 @@ struct ShardedAdamW::Impl {
 
   struct Param {
     Sliced master, copy;  // copy.flat undefined without a compute copy
+    // The projection's gathered cast (bf16 autocast runs without compute copies): what is all-gathered instead of
+    // the master, whose other ranks' slices then go stale (gather_weights() makes it whole). Undefined otherwise.
+    Sliced cast;
+    int cast_entry = -1;  // its entry in `leaves` (no gradient leaf: only gathered)
     int master_leaf = -1, copy_leaf = -1;
     torch::Tensor exp_avg, exp_avg_sq;  // [end - begin]
     std::vector<int64_t> shape;
@@ -66,6 +71,7 @@ struct ShardedAdamW::Impl {
   struct Range {
     size_t begin = 0, end = 0;   // in `update`
     std::vector<size_t> gather;  // indices in `leaves`
+    std::vector<size_t> casts;   // indices in `params` whose gathered cast the update refreshes
     int64_t layer = -1;          // layers.<layer>; -1 outside the layers
   };
   std::vector<Range> ranges;
@@ -124,6 +130,10 @@ struct ShardedAdamW::Impl {
     TORCH_CHECK(!parameters.empty(), "the sharded optimizer needs parameters");
     state = ops::adamw_state(parameters.front().device());
     for (const auto& c : model->compute_copies()) copies.push_back(c.copy);
+    // bf16 autocast without compute copies (v2, v3): the forward reads the projections' weights as bf16 casts, so
+    // the casts are gathered, not the fp32 masters: half the bytes, the same values in the forward.
+    if (model->precision() == Precision::kBf16 && model->compute_copies().empty())
+      this->model->enable_gathered_casts(torch::kBFloat16);
     for (const auto& leaf : found) {
       leaf_of[leaf.unsafeGetTensorImpl()] = leaves.size();
       Leaf l{leaf, sliced(leaf), torch::Tensor()};
@@ -149,7 +159,12 @@ struct ShardedAdamW::Impl {
       const auto moments = p.options().dtype(o.state_dtype).requires_grad(false);
       param.exp_avg = torch::zeros({param.master.end - param.master.begin}, moments);
       param.exp_avg_sq = torch::zeros({param.master.end - param.master.begin}, moments);
-      if (param.master_leaf < 0) stale_masters.push_back(params.size());
+      if (auto* projection = model->projection_of(p); projection && projection->gathered_cast.defined()) {
+        param.cast = sliced(projection->gathered_cast);
+        param.cast_entry = static_cast<int>(leaves.size());
+        leaves.push_back({projection->gathered_cast, param.cast, torch::Tensor()});
+      }
+      if (param.master_leaf < 0 || param.cast_entry >= 0) stale_masters.push_back(params.size());
       params.push_back(std::move(param));
     }
     for (const auto& range : layer_ranges(names)) {
@@ -159,8 +174,13 @@ struct ShardedAdamW::Impl {
       r.begin = update.size();
       for (size_t i = range.begin; i < range.end; ++i) {
         Param& p = params[i];
-        for (const int leaf : {p.master_leaf, p.copy_leaf})
-          if (leaf >= 0) r.gather.push_back(static_cast<size_t>(leaf));
+        if (p.cast_entry >= 0) {
+          r.gather.push_back(static_cast<size_t>(p.cast_entry));  // the cast, not the master
+          r.casts.push_back(i);
+        } else {
+          for (const int leaf : {p.master_leaf, p.copy_leaf})
+            if (leaf >= 0) r.gather.push_back(static_cast<size_t>(leaf));
+        }
         if (p.master.end == p.master.begin) continue;
         update.push_back(adamw_param(p));
       }
@@ -360,6 +380,7 @@ ShardedAdamW::ShardedAdamW(DistributedContext& context, const Transformer& model
 
 ShardedAdamW::~ShardedAdamW() {
   if (impl_->gather_in_forward) impl_->model->set_before_weights({});
+  impl_->model->disable_gathered_casts();
 }
 
 ZeroGather ShardedAdamW::gather() const {
@@ -437,6 +458,7 @@ void ShardedAdamW::step() {
         s.aten_update(range.begin, range.end);
       }
     }
+    for (const size_t i : range.casts) s.params[i].cast.mine().copy_(s.params[i].master.mine());
     for (size_t g = 0; g < s.groups.size(); ++g)
       if ((!s.gather_in_forward || s.groups[g].with_update) && s.groups[g].after == r) s.queue_gather(g);
   }
