@@ -1,5 +1,7 @@
 #include "models/components.h"
 
+#include <ATen/autocast_mode.h>
+
 #include "kernels/ops/flash_attention.h"
 
 #include "kernels/ops/naive_swiglu.h"
@@ -36,7 +38,15 @@ struct GatheredCast : public torch::autograd::Function<GatheredCast> {
 
 torch::Tensor ProjectionImpl::forward_weight() const {
   if (compute_weight.defined()) return compute_weight;
-  if (gathered_cast.defined()) return GatheredCast::apply(weight, gathered_cast);
+  if (gathered_cast.defined()) {
+    const auto device = weight.device().type();
+    TORCH_CHECK(at::autocast::is_autocast_enabled(device) &&
+                    at::autocast::get_autocast_dtype(device) == gathered_cast.scalar_type(),
+                "a projection with a sharded optimizer's gathered ", gathered_cast.scalar_type(),
+                " cast runs only under autocast to that dtype (its fp32 weight may be stale outside this rank's "
+                "slices until the optimizer's gather_weights())");
+    return GatheredCast::apply(weight, gathered_cast);
+  }
   return weight;
 }
 

@@ -32,7 +32,8 @@ class ProjectionImpl : public torch::nn::Module {
  public:
   ProjectionImpl(int64_t in_features, int64_t out_features);
   torch::Tensor forward(const torch::Tensor& x);
-  // The weight the forward multiplies by: the compute copy, the gathered cast (through gathered_cast_of), or W.
+  // The weight the forward multiplies by: the compute copy, the gathered cast (only under autocast to its dtype: W
+  // itself may then be stale outside this rank's slices), or W.
   torch::Tensor forward_weight() const;
   torch::Tensor weight;
   torch::Tensor compute_weight;  // undefined without a compute copy

@@ -156,6 +156,10 @@ void TransformerImpl::refresh_compute_copies() {
 
 void TransformerImpl::enable_gathered_casts(torch::Dtype dtype) {
   TORCH_CHECK(compute_copies_.empty(), "gathered casts replace autocast's casts; this model has compute copies");
+  for (const auto& m : modules(/*include_self=*/false))
+    if (auto* projection = m->as<ProjectionImpl>())
+      TORCH_CHECK(!projection->gathered_cast.defined(),
+                  "gathered casts are already enabled (another sharded optimizer keeps them)");
   torch::NoGradGuard no_grad;
   for (const auto& m : modules(/*include_self=*/false))
     if (auto* projection = m->as<ProjectionImpl>()) projection->gathered_cast = projection->weight.detach().to(dtype);

@@ -424,8 +424,9 @@ TEST(DataParallelCpu, TwoRanksEqualOneProcessWithTheSameGlobalBatch) {
 // another order (within 1e-6). The checkpoints, gathered, hold the same whole moments; each rank holds about half.
 // Both times of the all-gathers (--zero-gather): the same arithmetic, bitwise. The test backend's all-gathers
 // deliver only when waited for, so a part of the forward that read its weights before its wait would fail here.
-// Both multi-tensor AdamWs a stage may shard: ours (v4, every case) and at::_fused_adamw_ (v3, whose fp32
-// masters are what the forward reads under autocast: tied, accumulation once; v2, the same optimizer, in fp32).
+// Both multi-tensor AdamWs a stage may shard: ours (v4, every case) and at::_fused_adamw_ (v3: in fp32 its masters
+// are what the forward reads; in bf16 the projections' gathered bf16 casts, ProjectionImpl::gathered_cast; tied,
+// accumulation once; v2, the same optimizer, in fp32).
 // A cosine schedule with warm-up, so a learning rate taken at the wrong step would show. A limit of 1e3 that the
 // smoke model's norm never reaches: the clipping factor is exactly 1 and the run bitwise the unsharded one.
 TEST(DataParallelCpu, ShardedOptimizerEqualsTheUnshardedOne) {

@@ -356,7 +356,7 @@ TEST(DataParallelGpu, TwoRanksEqualOneRankWithTheSameGlobalBatch) {
 // forward differs there, and the steps carry it on: measured on 2 x H200, losses 9.3e-6, checkpoint weights 4.1e-4,
 // moments 5.3e-3 (relative). A slice in the wrong place or a missing gather is O(1). Then runs resume across world
 // sizes and sharding from either file (2 sharded -> 1 process; 2 unsharded -> 2 sharded). v3_custom (at::_fused_adamw_
-// on the slices, eager, no compute copies: its fp32 masters are gathered) against its own unsharded run, both dtypes.
+// on the slices, eager, no compute copies: its fp32 masters are gathered in fp32, its projections' bf16 casts in bf16) against its own unsharded run, both dtypes.
 // In bf16 autocast casts every master for every forward, so more of them can land on another bf16 value than v4's
 // copies do: measured on 2 x H200, losses 2.4e-5, checkpoint weights 2.2e-3, moments 9.0e-3 (fp32: 2.3e-7 weights).
 TEST(DataParallelGpu, ShardedOptimizerOnTwoGpusEqualsTheUnshardedOne) {

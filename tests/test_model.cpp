@@ -50,6 +50,32 @@ TEST(Model, EveryParameterReceivesAGradient) {
   }
 }
 
+// The gathered casts a sharded optimizer keeps in bf16 autocast runs (v2, v3 under ZeRO-1): the forward reads them
+// where autocast would cast the fp32 weights, so the loss and every gradient are bitwise those of autocast's casts;
+// enabling them twice is refused, and so is reading one outside autocast.
+TEST(Model, GatheredCastsGiveAutocastsLossAndGradientsBitwise) {
+  RunConfig c = smoke_config();
+  c.training.dtype = Precision::kBf16;
+  Trainer trainer(stages::v3_custom(), c, torch::kCPU);
+  auto tokens = random_tokens(2, 17, c.model.vocab_size, 8);
+  const auto x = tokens.narrow(1, 0, 16), y = tokens.narrow(1, 1, 16);
+  auto model = trainer.model();
+  const double plain = trainer.forward_backward(x, y).item<double>();
+  const auto plain_grads = model->canonical_grads();
+  model->zero_grad();
+  model->enable_gathered_casts(torch::kBFloat16);
+  EXPECT_THROW(model->enable_gathered_casts(torch::kBFloat16), c10::Error);
+  const double cast = trainer.forward_backward(x, y).item<double>();
+  EXPECT_EQ(cast, plain);
+  for (const auto& [name, grad] : model->canonical_grads())
+    EXPECT_TRUE(torch::equal(grad, plain_grads.at(name))) << name;
+  auto* projection = model->projection_of(model->layers[0]->as<BlockImpl>()->self_attn->o_proj->weight);
+  ASSERT_NE(projection, nullptr);
+  EXPECT_THROW(projection->forward(torch::randn({2, c.model.hidden_dim})), c10::Error);  // no autocast here
+  model->disable_gathered_casts();
+  EXPECT_NO_THROW(projection->forward(torch::randn({2, c.model.hidden_dim})));
+}
+
 TEST(Model, TiedHeadSharesTheEmbeddingStorage) {
   Transformer model(smoke_config().model, stages::v1_baseline());
   EXPECT_EQ(model->lm_head_weight.data_ptr(), model->embed_tokens->weight.data_ptr());

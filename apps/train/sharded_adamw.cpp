@@ -98,6 +98,14 @@ struct ShardedAdamW::Impl {
   // last update (the step's own gathers, with_update, are current).
   bool stale = false;
   Transformer model;  // whose forward calls before_weights()
+  // Disables the model's gathered casts when this optimizer goes, if it enabled them (also when its constructor
+  // throws after enabling them: a member already built is destroyed then).
+  struct CastsOwner {
+    Transformer model{nullptr};
+    ~CastsOwner() {
+      if (model) model->disable_gathered_casts();
+    }
+  } casts_owner;
   std::vector<size_t> stale_masters;  // parameters whose master is no leaf: gathered by gather_weights() only
   torch::Tensor partials, norm;       // with clipping: the norm pass's partial sums; their sum over ranks
 
@@ -132,8 +140,10 @@ struct ShardedAdamW::Impl {
     for (const auto& c : model->compute_copies()) copies.push_back(c.copy);
     // bf16 autocast without compute copies (v2, v3): the forward reads the projections' weights as bf16 casts, so
     // the casts are gathered, not the fp32 masters: half the bytes, the same values in the forward.
-    if (model->precision() == Precision::kBf16 && model->compute_copies().empty())
+    if (model->precision() == Precision::kBf16 && model->compute_copies().empty()) {
       this->model->enable_gathered_casts(torch::kBFloat16);
+      casts_owner.model = this->model;
+    }
     for (const auto& leaf : found) {
       leaf_of[leaf.unsafeGetTensorImpl()] = leaves.size();
       Leaf l{leaf, sliced(leaf), torch::Tensor()};
@@ -380,7 +390,6 @@ ShardedAdamW::ShardedAdamW(DistributedContext& context, const Transformer& model
 
 ShardedAdamW::~ShardedAdamW() {
   if (impl_->gather_in_forward) impl_->model->set_before_weights({});
-  impl_->model->disable_gathered_casts();
 }
 
 ZeroGather ShardedAdamW::gather() const {
@@ -458,7 +467,7 @@ void ShardedAdamW::step() {
         s.aten_update(range.begin, range.end);
       }
     }
-    for (const size_t i : range.casts) s.params[i].cast.mine().copy_(s.params[i].master.mine());
+    for (const size_t i : range.casts) s.params[i].cast.mine().copy_(s.params[i].master.mine());  // RNE, as autocast
     for (size_t g = 0; g < s.groups.size(); ++g)
       if ((!s.gather_in_forward || s.groups[g].with_update) && s.groups[g].after == r) s.queue_gather(g);
   }

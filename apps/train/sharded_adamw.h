@@ -11,7 +11,9 @@
 //   2. with clipping, the squared norms of every rank's slices are summed by an all-reduce: the global norm;
 //   3. each rank updates slice r of the fp32 masters (and of their bf16 compute copies) with the stage's AdamW;
 //   4. the slices of what the forward reads (the gradient leaves: the compute copies in bf16 stages, the masters
-//      in fp32) are all-gathered in place, a layer at a time (ZeroGather, apps/train/launcher.h): with kUpdate
+//      in fp32; in bf16 stages without compute copies, v2 and v3, the projections' bf16 casts that autocast would
+//      make, ProjectionImpl::gathered_cast, cast from the updated slices, and the other masters) are all-gathered
+//      in place, a layer at a time (ZeroGather, apps/train/launcher.h): with kUpdate
 //      (the default) right after each layer's update, beside the next layer's update, the step ending when all
 //      are done; with kForward the embedding's and layer 0's right after their updates (beside the later layers'
 //      updates) and the others at the start of the next forward, queued before the embedding in the order the
@@ -20,7 +22,9 @@
 //      they run beside the forward. kForward needs more of the GPU's hardware queues than CUDA's default 8
 //      (hardware_queues, below).
 // Every element's arithmetic is the unsharded optimizer's; only the global norm sums in another order (clipping only).
-// The fp32 masters a bf16 forward does not read are whole only after gather_weights() (checkpoints do it); with
+// The fp32 masters a bf16 forward does not read (v4's under their copies, v2's and v3's under their gathered casts)
+// are whole only after gather_weights() (checkpoints, evaluation and the report do it; call it before the
+// optimizer goes if the model is used after it: the casts go with the optimizer); with
 // kForward, so is everything after layer 0 between steps: any forward gathers first (every rank must run it, as
 // every collective), and gather_weights() makes the whole model current.
 #pragma once
