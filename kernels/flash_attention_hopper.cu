@@ -527,6 +527,16 @@ struct BackwardBlock {
   __device__ static int share_parity(int i) { return (i / Shape::kShareSlots) & 1; }
 };
 
+// acc [kRows x kN] = A B^T over kD, A a shared tile of kRows rows and B one of kN rows, both K-major: issued, neither
+// committed nor waited for.
+template <typename T, int kD, int kRows, int kN>
+__device__ __forceinline__ void issue_product_nt(float (&acc)[kN / 8][4], const unsigned char* a, const unsigned char* b) {
+  using namespace hopper;
+#pragma unroll
+  for (int k = 0; k < kD / 16; ++k)
+    wgmma<T, 0, 0>(acc, k_major_descriptor(a, kRows, k), k_major_descriptor(b, kN, k), k > 0);
+}
+
 // S (or S^T) and dP (or dP^T) of one tile: a [64 x kN] = rows of `a` (this warpgroup's 64 rows of a resident
 // K-major tile of kRows rows) times the streamed tile `b` (kN rows, K-major) transposed, for both operand pairs,
 // issued as one group and waited for.
@@ -536,12 +546,8 @@ __device__ __forceinline__ void scores_and_gradients(float (&s)[kN / 8][4], floa
                                                      const unsigned char* a_dp, const unsigned char* b_dp) {
   using namespace hopper;
   wgmma_fence();
-#pragma unroll
-  for (int k = 0; k < kD / 16; ++k)
-    wgmma<T, 0, 0>(s, k_major_descriptor(a_s, kRows, k), k_major_descriptor(b_s, kN, k), k > 0);
-#pragma unroll
-  for (int k = 0; k < kD / 16; ++k)
-    wgmma<T, 0, 0>(dp, k_major_descriptor(a_dp, kRows, k), k_major_descriptor(b_dp, kN, k), k > 0);
+  issue_product_nt<T, kD, kRows, kN>(s, a_s, b_s);
+  issue_product_nt<T, kD, kRows, kN>(dp, a_dp, b_dp);
   wgmma_commit();
   wgmma_wait<0>();
   fence_operands(s);

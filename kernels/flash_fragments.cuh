@@ -497,19 +497,31 @@ __device__ __forceinline__ void score_gradients(float (&s)[kBlockN / 8][4], floa
 }
 
 // The same with keys as rows (dK and dV's orientation: S^T and dP^T), the statistics per column read from
-// shared memory (lse and delta of the tile's kBlockM queries from q0, fp32; lse in natural log).
+// shared memory (lse and delta of the tile's kBlockM queries from q0, fp32; lse in natural log). Queries run along
+// the columns here: a row (key) is attended by the queries from itself to the sequence's end (queries past it must
+// add nothing), bounds counted once per row from this lane's first column, so each score is two compares of a
+// constant.
+struct TransposedMask {
+  int first[2];  // per half of the lane's rows: the first attended query, counted from the lane's first column
+  int end;       // the sequence's end, counted the same way
+  bool masked;
+  __device__ __forceinline__ TransposedMask(int q0, int warp_k0, int seq, bool masked_) : masked(masked_) {
+    const int lane_q0 = q0 + c_col(0, 0);
+    end = seq - lane_q0;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) first[half] = warp_k0 + c_row(2 * half) - lane_q0;
+  }
+  __device__ __forceinline__ bool attended(int n, int e) const {
+    const int query = 8 * n + (e & 1);  // c_col(n, e) - c_col(0, 0)
+    return !masked || (query >= first[e / 2] && query < end);
+  }
+};
+
 template <int kBlockM>
 __device__ __forceinline__ void score_gradients_transposed(float (&s)[kBlockM / 8][4], float (&dp)[kBlockM / 8][4],
                                                            const float* lse, const float* delta, int q0, int warp_k0,
                                                            int seq, float scale_log2, bool masked) {
-  // Queries run along the columns here: a row (key) is attended by the queries from itself to the sequence's end
-  // (queries past it must add nothing), bounds counted once per row from this lane's first column, so each score
-  // is two compares of a constant.
-  const int lane_q0 = q0 + c_col(0, 0);
-  const int end = seq - lane_q0;
-  int first[2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) first[half] = warp_k0 + c_row(2 * half) - lane_q0;
+  const TransposedMask mask(q0, warp_k0, seq, masked);
 #pragma unroll
   for (int n = 0; n < kBlockM / 8; ++n) {
     const int col = c_col(n, 0);
@@ -517,11 +529,9 @@ __device__ __forceinline__ void score_gradients_transposed(float (&s)[kBlockM / 
     const float2 delta_pair = *reinterpret_cast<const float2*>(delta + col);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int query = 8 * n + (e & 1);  // c_col(n, e) - c_col(0, 0)
-      const bool attended = !masked || (query >= first[e / 2] && query < end);
       const float col_lse = (e & 1) ? lse_pair.y : lse_pair.x;
       const float col_delta = (e & 1) ? delta_pair.y : delta_pair.x;
-      s[n][e] = recomputed_probability(s[n][e], scale_log2, col_lse * kLog2e, attended);
+      s[n][e] = recomputed_probability(s[n][e], scale_log2, col_lse * kLog2e, mask.attended(n, e));
       dp[n][e] = s[n][e] * (dp[n][e] - col_delta);
     }
   }
