@@ -443,8 +443,8 @@ bool rope_in_our_attention(RopeKind rope, int64_t seq) {
 
 bool our_attention_measured_faster(torch::ScalarType dtype, int64_t head_dim, int64_t seq,
                                    const torch::Device& device) {
-  return device.is_cuda() && head_dim == 64 && seq > kRopeInAttentionMaxSeq && seq <= kOurAttentionMaxSeq &&
-         ops::flash_attention_kernel_applies(ops::FlashAttentionKernel::kHopper, dtype, head_dim);
+  return device.is_cuda() && head_dim == 64 && seq <= kOurAttentionMaxSeq &&
+         ops::flash_attention_default_is_hopper(dtype, head_dim, seq);
 }
 
 const RopeImplementation& implementation(RopeKind kind) {

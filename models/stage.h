@@ -125,13 +125,14 @@ bool rope_in_our_attention(RopeKind rope, int64_t seq);
 // positions (medium: 148.1-148.8 against 151.8-152.4 us) and lose at 1024 (d64-s1024: 399.4-399.8 against
 // 337.2-338.4 us); the attention alone beats it at 256 (d64-s256: 92.3-93.4 against 104.1-143.1 us); at head dim 128
 // and at 4096 positions cuDNN is faster (docs/attention.md). Lengths from 129 to 255 and 257 to 511 (where our
-// default is the Hopper generation too) were not measured. The two writer warps since made ours 0.98-0.99x cuDNN at
-// d64-s1024, still below.
+// default is the Hopper generation too) were not measured. The two writer warps and the transposed mask as a struct
+// since made ours 1.02-1.03x cuDNN at d64-s1024 (kernel_bench attention, not re-measured after rope_qkv): too close
+// to move the bound.
 constexpr int64_t kOurAttentionMaxSeq = 512;
 
-// Whether our flash attention takes the place of SDPA for these inputs under kOurFlashWhereFaster: head dim 64,
-// more than kRopeInAttentionMaxSeq and at most kOurAttentionMaxSeq positions, where the Hopper generation runs
-// (bf16/fp16 on an sm_90 GPU with an sm_90a build).
+// Whether our flash attention takes the place of SDPA for these inputs under kOurFlashWhereFaster: head dim 64, at
+// most kOurAttentionMaxSeq positions, where our default runs the Hopper generation (ops::
+// flash_attention_default_is_hopper: bf16/fp16 on an sm_90 GPU with an sm_90a build, from 129 positions).
 bool our_attention_measured_faster(torch::ScalarType dtype, int64_t head_dim, int64_t seq, const torch::Device& device);
 
 // The shapes an attention call sees in a run, for describing which backend it picks.

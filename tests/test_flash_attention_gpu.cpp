@@ -3,6 +3,9 @@
 // strided inputs; bitwise reproducibility; bad inputs. Every test skips when there is no GPU.
 //
 // Tolerances: tests/kernel_checks.h.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -11,11 +14,9 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <torch/torch.h>
-
 #include "kernels/flash_attention.cuh"
 #include "kernels/ops/flash_attention.h"
+#include "kernels/ops/flash_attention_params.h"
 #include "models/reference.h"
 #include "tests/helpers.h"
 #include "tests/kernel_checks.h"
@@ -370,33 +371,6 @@ TEST(FlashAttentionGpu, HopperMatchesTheReference) {
   expect_error([&] { hopper(d32.q, d32.k, d32.v); }, "head_dim 32");
 }
 
-#if defined(TT_BACKEND_CUDA)
-tt::kernels::FlashStrides flash_strides(const torch::Tensor& t) {
-  return tt::kernels::FlashStrides{t.stride(0), t.stride(1), t.stride(2)};
-}
-
-// The kernels' forward parameters for [B, H, S, D] inputs, writing `out` and the log-sum-exp at `lse`, for the tests
-// that launch the Hopper kernels directly.
-tt::kernels::FlashForwardParams forward_params(const Inputs& in, const torch::Tensor& out, float* lse) {
-  tt::kernels::FlashForwardParams p{};
-  p.q = in.q.data_ptr();
-  p.k = in.k.data_ptr();
-  p.v = in.v.data_ptr();
-  p.out = out.data_ptr();
-  p.q_strides = flash_strides(in.q);
-  p.k_strides = flash_strides(in.k);
-  p.v_strides = flash_strides(in.v);
-  p.out_strides = flash_strides(out);
-  p.lse = lse;
-  p.batch = in.q.size(0);
-  p.q_heads = in.q.size(1);
-  p.kv_heads = in.k.size(1);
-  p.seq = in.q.size(2);
-  p.head_dim = in.q.size(3);
-  return p;
-}
-#endif
-
 // The Hopper forward writes every row in [0, seq) of its output and log-sum-exp, and nothing else. Its first query
 // block may start before row 0 (the blocks end at the sequence's end; the rows before 0 are computed, masked and
 // must not be stored). So the kernel is launched directly on views into NaN-filled buffers: guard rows before and
@@ -428,7 +402,9 @@ TEST(FlashAttentionGpu, HopperForwardWritesExactlyItsRows) {
       const auto out_before = out_buffer.clone();
       const auto lse_before = lse_buffer.clone();
       auto out = out_buffer.narrow(1, kGuard, seq).narrow(2, 0, kHeads).permute({0, 2, 1, 3});  // [B, H, S, D]
-      const auto p = forward_params(in, out, lse_buffer.data_ptr<float>() + kGuard);
+      const int64_t entries = kBatch * kHeads * seq;
+      const auto p =
+          tt::ops::detail::flash_forward_params(in.q, in.k, in.v, out, lse_buffer.narrow(0, kGuard, entries));
       // The default (legacy) stream, which LibTorch's current stream is in these tests.
       const auto status = tt::kernels::flash_attention_forward(p, tt::kernels::DType::kBFloat16, nullptr,
                                                                tt::kernels::FlashKernel::kHopper);
@@ -440,7 +416,6 @@ TEST(FlashAttentionGpu, HopperForwardWritesExactlyItsRows) {
       const auto outside = inside.logical_not();
       EXPECT_TRUE(same_bits(out_buffer.masked_select(outside), out_before.masked_select(outside)))
           << label << ": the output's guard rows or extra head were written";
-      const int64_t entries = kBatch * kHeads * seq;
       for (const int64_t start : {int64_t{0}, kGuard + entries})
         EXPECT_TRUE(torch::equal(lse_buffer.narrow(0, start, kGuard).view(torch::kInt32),
                                  lse_before.narrow(0, start, kGuard).view(torch::kInt32)))
@@ -476,7 +451,7 @@ TEST(FlashAttentionGpu, HopperFusedBackwardNeedsNoZeroedScratch) {
     const auto grad_out = torch::randn({kBatch, kHeads, seq, kHeadDim}, gpu()).to(torch::kBFloat16);
     auto out = torch::empty_like(in.q);
     auto lse = torch::empty({kBatch, kHeads, seq}, gpu());
-    const auto f = forward_params(in, out, lse.data_ptr<float>());
+    const auto f = tt::ops::detail::flash_forward_params(in.q, in.k, in.v, out, lse);
     // The default (legacy) stream, which LibTorch's current stream is in these tests.
     const auto forward = tt::kernels::flash_attention_forward(f, tt::kernels::DType::kBFloat16, nullptr,
                                                               tt::kernels::FlashKernel::kHopper);
@@ -489,32 +464,8 @@ TEST(FlashAttentionGpu, HopperFusedBackwardNeedsNoZeroedScratch) {
       auto sums =
           torch::full({kBatch, kHeads, tiles * tt::kernels::kHopperGradQTileRows, kHeadDim}, zeroed ? 0.0 : NAN, gpu());
       auto turns = torch::full({kBatch, kHeads, tiles}, zeroed ? 0 : 12345, gpu().dtype(torch::kInt32));
-      tt::kernels::FlashBackwardParams b{};
-      b.q = in.q.data_ptr();
-      b.k = in.k.data_ptr();
-      b.v = in.v.data_ptr();
-      b.out = out.data_ptr();
-      b.grad_out = grad_out.data_ptr();
-      b.lse = lse.data_ptr<float>();
-      b.grad_q = grad_q.data_ptr();
-      b.grad_k = grad_k.data_ptr();
-      b.grad_v = grad_v.data_ptr();
-      b.q_strides = flash_strides(in.q);
-      b.k_strides = flash_strides(in.k);
-      b.v_strides = flash_strides(in.v);
-      b.out_strides = flash_strides(out);
-      b.grad_out_strides = flash_strides(grad_out);
-      b.grad_q_strides = flash_strides(grad_q);
-      b.grad_k_strides = flash_strides(grad_k);
-      b.grad_v_strides = flash_strides(grad_v);
-      b.delta = delta.data_ptr<float>();
-      b.grad_q_accum = sums.data_ptr<float>();
-      b.grad_q_turns = turns.data_ptr<int>();
-      b.batch = kBatch;
-      b.q_heads = kHeads;
-      b.kv_heads = kKvHeads;
-      b.seq = seq;
-      b.head_dim = kHeadDim;
+      const auto b = tt::ops::detail::flash_backward_params(in.q, in.k, in.v, out, lse, grad_out, grad_q, grad_k,
+                                                            grad_v, delta, sums, turns);
       const auto status = tt::kernels::flash_attention_backward(b, tt::kernels::DType::kBFloat16, nullptr,
                                                                 tt::kernels::FlashKernel::kHopper);
       EXPECT_TRUE(status.ok()) << label << ": " << status.error;

@@ -136,7 +136,9 @@ TEST(GpuStageEquivalenceV4Rule, OursWhereMeasuredFasterAndSdpaElsewhere) {
     if (!torch::equal(expected, other)) ++told_apart[c.ours];
   }
   EXPECT_GT(told_apart[0], 0) << "no case where SDPA is expected told the two kernels apart";
-  if (hopper) EXPECT_GT(told_apart[1], 0) << "no case where ours is expected told the two kernels apart";
+  if (hopper) {
+    EXPECT_GT(told_apart[1], 0) << "no case where ours is expected told the two kernels apart";
+  }
 }
 
 // v4 where the rule runs our attention (head dim 64, 160 positions: rope_qkv, then our Hopper kernels on an sm_90

@@ -7,12 +7,10 @@
 // where for grouped-query attention dK and dV sum over the query heads that share a key/value head.
 #include "kernels/ops/flash_attention.h"
 
-#include <array>
-
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
-#include <c10/core/DeviceGuard.h>
-
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -20,6 +18,7 @@
 #include <tuple>
 
 #include "kernels/ops/common.h"
+#include "kernels/ops/flash_attention_params.h"
 #include "kernels/ops/rope.h"
 #ifdef TT_HAVE_GPU_KERNELS
 #include "kernels/flash_attention.cuh"
@@ -149,8 +148,6 @@ torch::Tensor kernel_ready(const torch::Tensor& t) {
   return ready ? t : t.clone(at::MemoryFormat::Contiguous);
 }
 
-kernels::FlashStrides strides_of(const torch::Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
-
 // An uninitialised [B, H, S, D] result laid out as [B, S, H, D] (see flash_attention's comment).
 torch::Tensor empty_bshd_as(const torch::Tensor& like) {
   return torch::empty({like.size(0), like.size(2), like.size(1), like.size(3)}, like.options()).transpose(1, 2);
@@ -190,9 +187,8 @@ kernels::FlashKernel kernel_for(const torch::Tensor& q, const torch::Tensor& k, 
     case FlashAttentionKernel::kHopper: return kernels::FlashKernel::kHopper;
     case FlashAttentionKernel::kRegisterTiles: return kernels::FlashKernel::kRegisterTiles;
     default:
-      if (!rope && q.size(2) >= kHopperDefaultMinSeq &&
-          flash_attention_kernel_applies(FlashAttentionKernel::kHopper, q.scalar_type(), q.size(3)) &&
-          tma_tested_layout(q) && tma_tested_layout(k) && tma_tested_layout(v))
+      if (!rope && flash_attention_default_is_hopper(q.scalar_type(), q.size(3), q.size(2)) && tma_tested_layout(q) &&
+          tma_tested_layout(k) && tma_tested_layout(v))
         return kernels::FlashKernel::kHopper;
       return kernels::default_flash_kernel(detail::kernel_dtype(q.scalar_type()));
   }
@@ -214,21 +210,7 @@ ForwardResult forward_gpu(const torch::Tensor& q, const torch::Tensor& k, const 
   ForwardResult result;
   auto out = empty_bshd_as(q);
   auto lse = torch::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(torch::kFloat32));
-  kernels::FlashForwardParams params{};
-  params.q = q.data_ptr();
-  params.k = k.data_ptr();
-  params.v = v.data_ptr();
-  params.out = out.data_ptr();
-  params.q_strides = strides_of(q);
-  params.k_strides = strides_of(k);
-  params.v_strides = strides_of(v);
-  params.out_strides = strides_of(out);
-  params.lse = lse.data_ptr<float>();
-  params.batch = q.size(0);
-  params.q_heads = q.size(1);
-  params.kv_heads = k.size(1);
-  params.seq = q.size(2);
-  params.head_dim = q.size(3);
+  auto params = detail::flash_forward_params(q, k, v, out, lse);
   params.rope_cos = data_or_null(cos);
   params.rope_sin = data_or_null(sin);
   if (cos.defined()) {
@@ -236,8 +218,8 @@ ForwardResult forward_gpu(const torch::Tensor& q, const torch::Tensor& k, const 
     result.k_rotated = empty_bshd_as(k);
     params.q_rotated = result.q_rotated.data_ptr();
     params.k_rotated = result.k_rotated.data_ptr();
-    params.q_rotated_strides = strides_of(result.q_rotated);
-    params.k_rotated_strides = strides_of(result.k_rotated);
+    params.q_rotated_strides = detail::flash_strides(result.q_rotated);
+    params.k_rotated_strides = detail::flash_strides(result.k_rotated);
   }
   detail::check_launch("flash_attention",
                        kernels::flash_attention_forward(params, detail::kernel_dtype(q.scalar_type()),
@@ -276,32 +258,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward_gpu(const torch
                                 q.options().dtype(torch::kFloat32));
     grad_q_turns = torch::empty({q.size(0), q.size(1), tiles}, q.options().dtype(torch::kInt32));
   }
-  kernels::FlashBackwardParams params{};
-  params.q = q.data_ptr();
-  params.k = k.data_ptr();
-  params.v = v.data_ptr();
-  params.out = out.data_ptr();
-  params.grad_out = grad.data_ptr();
-  params.lse = lse.data_ptr<float>();
-  params.grad_q = grad_q.data_ptr();
-  params.grad_k = grad_k.data_ptr();
-  params.grad_v = grad_v.data_ptr();
-  params.q_strides = strides_of(q);
-  params.k_strides = strides_of(k);
-  params.v_strides = strides_of(v);
-  params.out_strides = strides_of(out);
-  params.grad_out_strides = strides_of(grad);
-  params.grad_q_strides = strides_of(grad_q);
-  params.grad_k_strides = strides_of(grad_k);
-  params.grad_v_strides = strides_of(grad_v);
-  params.delta = delta.data_ptr<float>();
-  params.grad_q_accum = grad_q_accum.defined() ? grad_q_accum.data_ptr<float>() : nullptr;
-  params.grad_q_turns = grad_q_turns.defined() ? grad_q_turns.data_ptr<int>() : nullptr;
-  params.batch = q.size(0);
-  params.q_heads = q.size(1);
-  params.kv_heads = k.size(1);
-  params.seq = q.size(2);
-  params.head_dim = q.size(3);
+  auto params =
+      detail::flash_backward_params(q, k, v, out, lse, grad, grad_q, grad_k, grad_v, delta, grad_q_accum, grad_q_turns);
   params.rope_cos = data_or_null(cos);
   params.rope_sin = data_or_null(sin);
   detail::check_launch("flash_attention",
@@ -456,6 +414,15 @@ bool flash_attention_kernel_applies(FlashAttentionKernel kernel, torch::ScalarTy
 #endif
 }
 
+bool flash_attention_default_is_hopper(torch::ScalarType dtype, int64_t head_dim, int64_t seq) {
+#ifdef TT_HAVE_GPU_KERNELS
+  return seq >= kHopperDefaultMinSeq && flash_attention_kernel_applies(FlashAttentionKernel::kHopper, dtype, head_dim);
+#else
+  (void)dtype, (void)head_dim, (void)seq;
+  return false;
+#endif
+}
+
 namespace {
 
 // Whether flash_attention_rope rotates inside the kernels for q (the register tiles, bf16/fp16 on NVIDIA).
@@ -509,3 +476,62 @@ torch::Tensor flash_attention_rope_qkv(const torch::Tensor& qkv, int64_t q_heads
 }
 
 }  // namespace tt::ops
+
+namespace tt::ops::detail {
+
+kernels::FlashStrides flash_strides(const torch::Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
+
+namespace {
+
+// The fields both directions' blocks have: the forward's tensors, the log-sum-exp and the shape.
+template <typename Params>
+Params with_forward_tensors(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const torch::Tensor& out, const torch::Tensor& lse) {
+  Params params{};
+  params.q = q.data_ptr();
+  params.k = k.data_ptr();
+  params.v = v.data_ptr();
+  params.out = out.data_ptr();
+  params.q_strides = flash_strides(q);
+  params.k_strides = flash_strides(k);
+  params.v_strides = flash_strides(v);
+  params.out_strides = flash_strides(out);
+  params.lse = lse.data_ptr<float>();
+  params.batch = q.size(0);
+  params.q_heads = q.size(1);
+  params.kv_heads = k.size(1);
+  params.seq = q.size(2);
+  params.head_dim = q.size(3);
+  return params;
+}
+
+}  // namespace
+
+kernels::FlashForwardParams flash_forward_params(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                                 const torch::Tensor& out, const torch::Tensor& lse) {
+  return with_forward_tensors<kernels::FlashForwardParams>(q, k, v, out, lse);
+}
+
+kernels::FlashBackwardParams flash_backward_params(const torch::Tensor& q, const torch::Tensor& k,
+                                                   const torch::Tensor& v, const torch::Tensor& out,
+                                                   const torch::Tensor& lse, const torch::Tensor& grad_out,
+                                                   const torch::Tensor& grad_q, const torch::Tensor& grad_k,
+                                                   const torch::Tensor& grad_v, const torch::Tensor& delta,
+                                                   const torch::Tensor& grad_q_accum,
+                                                   const torch::Tensor& grad_q_turns) {
+  auto params = with_forward_tensors<kernels::FlashBackwardParams>(q, k, v, out, lse);
+  params.grad_out = grad_out.data_ptr();
+  params.grad_q = grad_q.data_ptr();
+  params.grad_k = grad_k.data_ptr();
+  params.grad_v = grad_v.data_ptr();
+  params.grad_out_strides = flash_strides(grad_out);
+  params.grad_q_strides = flash_strides(grad_q);
+  params.grad_k_strides = flash_strides(grad_k);
+  params.grad_v_strides = flash_strides(grad_v);
+  params.delta = delta.data_ptr<float>();
+  params.grad_q_accum = grad_q_accum.defined() ? grad_q_accum.data_ptr<float>() : nullptr;
+  params.grad_q_turns = grad_q_turns.defined() ? grad_q_turns.data_ptr<int>() : nullptr;
+  return params;
+}
+
+}  // namespace tt::ops::detail

@@ -47,4 +47,8 @@ torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, co
 // Whether `kernel` can run GPU attention of this dtype and head_dim on the current GPU (without RoPE in the load).
 bool flash_attention_kernel_applies(FlashAttentionKernel kernel, torch::ScalarType dtype, int64_t head_dim);
 
+// Whether the default runs the Hopper generation for GPU inputs of this dtype, head_dim and length without RoPE in the
+// load (inputs with a broadcast, zero-stride dimension excepted: the default leaves those to the register tiles).
+bool flash_attention_default_is_hopper(torch::ScalarType dtype, int64_t head_dim, int64_t seq);
+
 }  // namespace tt::ops
