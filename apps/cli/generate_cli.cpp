@@ -52,19 +52,10 @@ cxxopts::Options make_options() {
 
 int run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   auto options = make_options();
-  cxxopts::ParseResult r;
-  Precision precision = Precision::kFp32;
-  try {
-    r = parse_flags(options, args);
-    if (!r.count("help")) precision = parse_precision(r["dtype"].as<std::string>(), "--dtype");
-  } catch (const ConfigError& e) {
-    throw UsageError(e.what());
-  }
-  if (r.count("help")) {
-    out << options.help() << std::endl;
-    return 0;
-  }
-
+  const auto parsed = parse_flags_with_dtype(options, args, out);
+  if (!parsed) return 0;  // --help
+  const cxxopts::ParseResult& r = parsed->flags;
+  const Precision precision = parsed->precision;
   if (!r.count("checkpoint")) throw UsageError("--checkpoint FILE is required (see --help)");
   if (!r.count("prompt")) throw UsageError("--prompt TEXT is required (see --help)");
   const auto checkpoint_path = r["checkpoint"].as<std::string>();
