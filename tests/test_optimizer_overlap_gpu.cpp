@@ -57,5 +57,23 @@ TEST(OptimizerOverlapGpu, AnSmCarveoutForTheUpdateChangesNothing) {
   ::unsetenv("TT_ADAMW_OVERLAP_BLOCKS");
 }
 
+// The priority knob (TT_ADAMW_OVERLAP_PRIORITY) captures the step on a high-priority stream, above the update's:
+// it changes when the update's blocks run, never what they compute. The optimizer must ask for it (else the
+// knob did nothing and the comparison below proves nothing), and only with the overlap on.
+TEST(OptimizerOverlapGpu, AHighPriorityStepChangesNothing) {
+  TT_REQUIRE_GPU();
+  ::setenv("TT_ADAMW_OVERLAP_PRIORITY", "1", 1);
+  for (Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    RunConfig c = graphed_run();
+    c.training.dtype = precision;
+    c.training.optimizer_overlap = true;
+    EXPECT_TRUE(Trainer(stages::v4_ultra(), c, kGpu).optimizer().wants_high_priority_step());
+    c.training.optimizer_overlap = false;
+    EXPECT_FALSE(Trainer(stages::v4_ultra(), c, kGpu).optimizer().wants_high_priority_step());
+    testing::expect_overlap_changes_nothing(stages::v4_ultra(), c, kGpu);
+  }
+  ::unsetenv("TT_ADAMW_OVERLAP_PRIORITY");
+}
+
 }  // namespace
 }  // namespace tt

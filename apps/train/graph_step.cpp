@@ -29,15 +29,18 @@ void wait_for(const c10::Stream& waiter, const c10::Stream& on) {
 }  // namespace
 
 struct GraphedStep::Graph {
+  explicit Graph(bool high_priority) : stream(c10::cuda::getStreamFromPool(high_priority)) {}
+  // LibTorch's CUDA build instantiates it with per-node priorities (each kernel keeps its stream's); its ROCm
+  // build does not, and there every kernel runs at the priority of the stream it is replayed on.
   at::cuda::CUDAGraph graph;
-  c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool();
+  c10::cuda::CUDAStream stream;
   const void* inputs = nullptr;  // the buffers the capture read: every replay must be given the same
   const void* labels = nullptr;
   torch::Tensor loss;            // written by every replay
 };
 
-GraphedStep::GraphedStep(EagerStep& eager, int64_t capture_at)
-    : eager_(eager), capture_at_(capture_at), graph_(std::make_unique<Graph>()) {
+GraphedStep::GraphedStep(EagerStep& eager, int64_t capture_at, bool high_priority)
+    : eager_(eager), capture_at_(capture_at), graph_(std::make_unique<Graph>(high_priority)) {
   TORCH_CHECK(capture_at >= 1, "GraphedStep: at least one eager warm-up step must come before the capture, got ",
               capture_at);
   TORCH_CHECK(torch::cuda::is_available(), "GraphedStep: no GPU visible; a graph needs one");
@@ -84,7 +87,7 @@ torch::Tensor GraphedStep::step(const torch::Tensor& inputs, const torch::Tensor
 
 struct GraphedStep::Graph {};
 
-GraphedStep::GraphedStep(EagerStep& eager, int64_t capture_at) : eager_(eager), capture_at_(capture_at) {
+GraphedStep::GraphedStep(EagerStep& eager, int64_t capture_at, bool) : eager_(eager), capture_at_(capture_at) {
   TORCH_CHECK(false, "GraphedStep: this build has no GPU backend (CMake found neither CUDA nor HIP)");
 }
 GraphedStep::~GraphedStep() = default;

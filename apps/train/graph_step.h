@@ -17,8 +17,10 @@ namespace tt {
 class GraphedStep final : public StepRunner {
  public:
   // Calls 0 .. capture_at - 1 run `eager` eagerly (warm-up), call `capture_at` captures and replays.
-  // Throws without GPU kernels or a GPU. capture_at must be at least 1.
-  GraphedStep(EagerStep& eager, int64_t capture_at);
+  // Throws without GPU kernels or a GPU. capture_at must be at least 1. With high_priority the step runs and is
+  // captured on a high-priority stream: kernels the step queues on other streams (the optimizer overlap's)
+  // keep their own, lower priority in the graph and yield to the step's when both wait for SMs.
+  GraphedStep(EagerStep& eager, int64_t capture_at, bool high_priority = false);
   ~GraphedStep() override;
   torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& labels, StepTimer* timer) override;
   bool times_phases() const override { return false; }

@@ -198,6 +198,8 @@ class OurAdamW final : public Optimizer {
     disarm();
   }
 
+  bool wants_high_priority_step() const override { return side_.has_value() && priority_; }
+
   torch::Tensor exp_avg(size_t i) const override { return exp_avgs_[i]; }
   torch::Tensor exp_avg_sq(size_t i) const override { return exp_avg_sqs_[i]; }
   // A host sync: the counter lives on the device, advanced by every step (and every graph replay).
@@ -238,6 +240,7 @@ class OurAdamW final : public Optimizer {
     side_ = impl.getStreamFromGlobalPool(params_.front().device(), /*isHighPriority=*/false);
     sm_carveout_ = knob("TT_ADAMW_OVERLAP_SMS");
     max_blocks_ = knob("TT_ADAMW_OVERLAP_BLOCKS");
+    priority_ = knob("TT_ADAMW_OVERLAP_PRIORITY") != 0;
   }
 
   // Range r's pass on the current stream: its norm partials with clipping, its update without.
@@ -281,7 +284,8 @@ class OurAdamW final : public Optimizer {
 
   // Measurement knobs (docs/training.md), read once: TT_ADAMW_OVERLAP_SMS=N keeps the backward's cuBLAS
   // GEMMs off N SMs while the update runs beside them; TT_ADAMW_OVERLAP_BLOCKS=M caps each overlapped update
-  // kernel at M blocks (0 or unset: one block per chunk).
+  // kernel at M blocks (0 or unset: one block per chunk); TT_ADAMW_OVERLAP_PRIORITY=1 runs a graphed step on a
+  // high-priority stream, above the update's (wants_high_priority_step).
   static int64_t knob(const char* name) {
     const char* value = std::getenv(name);
     if (!value || !*value) return 0;
@@ -319,6 +323,7 @@ class OurAdamW final : public Optimizer {
   std::optional<c10::Stream> side_;
   int64_t max_blocks_ = 0;
   int64_t sm_carveout_ = 0;
+  bool priority_ = false;
   std::optional<int32_t> saved_carveout_;
   bool carveout_set_ = false;
   bool armed_ = false;

@@ -60,6 +60,10 @@ class Optimizer {
   // that backward. An optimizer that overlaps its update with the backward starts it from there, and step()
   // finishes it. The default does nothing: the whole update waits for step().
   virtual void before_last_backward() {}
+  // Whether the step's own kernels should outrank this optimizer's: one that runs kernels on a second stream
+  // beside the backward asks for the step's stream at high priority (a graph keeps each kernel's priority), so
+  // that its kernels take SMs the backward leaves free instead of holding back the backward's next kernel.
+  virtual bool wants_high_priority_step() const { return false; }
   // Moments of parameter i (shaped like it; undefined before the first step) and the step count.
   virtual torch::Tensor exp_avg(size_t i) const = 0;
   virtual torch::Tensor exp_avg_sq(size_t i) const = 0;

@@ -52,7 +52,8 @@ Trainer::Trainer(const StageSpec& spec, const RunConfig& config, const torch::De
               implementation(OptimizerKind::kOurAdamW).name, "); it chose ", implementation(spec.optimizer).name);
   require_graph_warmup(spec, config.training);
   // The last warm-up step captures, so no measured step contains the capture.
-  graphed_ = std::make_unique<GraphedStep>(eager_, config.training.warmup_steps - 1);
+  graphed_ =
+      std::make_unique<GraphedStep>(eager_, config.training.warmup_steps - 1, optimizer_->wants_high_priority_step());
 }
 
 Trainer::~Trainer() = default;
@@ -113,7 +114,9 @@ int64_t Trainer::resume(const Checkpoint& ck) {
   auto generator = at::detail::getDefaultCPUGenerator();
   generator.set_state(ck.cpu_rng_state);
   // The graph is captured anew: an eager step on the capture stream, then the capture, both unmeasured.
-  if (graphed_) graphed_ = std::make_unique<GraphedStep>(eager_, first_measured_step(ck.run_step) - ck.run_step - 1);
+  if (graphed_)
+    graphed_ = std::make_unique<GraphedStep>(eager_, first_measured_step(ck.run_step) - ck.run_step - 1,
+                                             optimizer_->wants_high_priority_step());
   return ck.run_step;
 }
 
