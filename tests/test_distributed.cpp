@@ -303,6 +303,7 @@ struct InThreads {
   const Checkpoint* resume = nullptr;  // every rank resumes from it
   bool embedding_rows = true;          // DataParallelStep's embedding_rows
   ZeroGather zero_gather = kDefaultZeroGather;  // with shard
+  bool all_reduce_on_wait = false;  // the test backend's all-reduces deliver only when waited for (layers only)
 };
 
 // The same on `world` ranks, each a thread with its own model, optimizer and DataParallelStep; rank r trains
@@ -310,6 +311,7 @@ struct InThreads {
 std::vector<Trajectory> train_in_threads(const StageSpec& spec, const RunConfig& c, int world,
                                          const std::vector<torch::Tensor>& batches, const InThreads& how) {
   auto hub = std::make_shared<testing::ThreadedBackend::Hub>(world);
+  hub->all_reduce_on_wait = how.all_reduce_on_wait;
   std::vector<std::unique_ptr<DistributedContext>> contexts;
   std::vector<std::unique_ptr<Trainer>> trainers;
   std::vector<bool> rows;
@@ -553,6 +555,62 @@ TEST(DataParallelCpu, EmbeddingRowsEqualTheDenseAverage) {
           EXPECT_TRUE(torch::equal(rows[1].weights.at(name), rows[0].weights.at(name))) << name;
         }
       }
+}
+
+// Our AdamW overlapped with the backward under data parallel (an all-reduce per layer): each layer's update waits,
+// on its own stream, for that layer's all-reduce, and gives bitwise the run that updates after the backward, on
+// every rank, in fp32 and bf16, with and without clipping (whose norm is over the averaged gradients) and with
+// accumulation. The test backend's all-reduces deliver here only when waited for, so an update that read a layer's
+// gradients before waiting for their average would read this rank's own and fail (it did, with the wait taken out).
+// v4 eager: the CPU runs a layer's update inside its hook.
+TEST(DataParallelCpu, OverlappedUpdateEqualsTheUpdateAfterTheBackward) {
+  const StageSpec spec = testing::eager_step(stages::v4_ultra());
+  for (const Precision dtype : {Precision::kFp32, Precision::kBf16})
+    for (const double clip : {0.0, 0.5})
+      for (const int64_t accum : {1, 2}) {
+        if (dtype == Precision::kBf16 && accum > 1) continue;
+        SCOPED_TRACE(std::string(to_string(dtype)) + " clip " + std::to_string(clip) + " accumulation " +
+                     std::to_string(accum));
+        RunConfig c = testing::smoke_config();
+        c.training.dtype = dtype;
+        c.training.grad_clip = clip;
+        c.training.batch_size = 2;  // per rank
+        c.training.grad_accum_steps = accum;
+        const auto batches = global_batches(c, 2, 3, 700);
+        InThreads how;
+        how.all_reduce_on_wait = true;
+        const auto after = train_in_threads(spec, c, 2, batches, how);
+        c.training.optimizer_overlap = true;
+        const auto overlapped = train_in_threads(spec, c, 2, batches, how);
+        for (int r = 0; r < 2; ++r) {
+          EXPECT_EQ(overlapped[r].losses, after[r].losses) << "rank " << r;
+          for (const auto& [name, w] : after[r].weights)
+            EXPECT_TRUE(torch::equal(overlapped[r].weights.at(name), w)) << "rank " << r << " " << name;
+        }
+      }
+}
+
+// The Reducer's buckets and ZeRO-1's reduce-scatter do not follow the layers: DataParallelStep refuses an
+// overlapping optimizer there (plan_run turns the overlap off first, and says so in the stage's summary).
+TEST(DataParallelCpu, OverlapNeedsAnAllReducePerLayerAndNoSharding) {
+  RunConfig c = testing::smoke_config();
+  c.training.optimizer_overlap = true;
+  const StageSpec spec = testing::eager_step(stages::v4_ultra());
+  DistributedEnv env;
+  env.enabled = true;
+  env.source = "test threads";
+  env.world_size = 1;
+  DistributedContext context(env, testing::threaded_group(std::make_shared<testing::ThreadedBackend::Hub>(1), 0),
+                             torch::kCPU);
+  Trainer trainer(spec, c, torch::kCPU);
+  ASSERT_TRUE(trainer.optimizer().overlaps_backward());
+  EXPECT_THROW(DataParallelStep(context, trainer.model(), trainer.optimizer(), 1, GradientSync::kReducer),
+               c10::Error);
+  EXPECT_NO_THROW(DataParallelStep(context, trainer.model(), trainer.optimizer(), 1, GradientSync::kLayers));
+  c.training.optimizer_overlap = false;
+  Trainer plain(spec, c, torch::kCPU);
+  EXPECT_FALSE(plain.optimizer().overlaps_backward());
+  EXPECT_THROW(plain.optimizer().wait_for_averaging([](const std::vector<torch::Tensor>&) {}), c10::Error);
 }
 
 // A sharded run's checkpoint is the single-file format, whole, so runs resume across world sizes: one process

@@ -508,6 +508,49 @@ TEST(DataParallelGpu, ZeroGatherForwardEqualsUpdateBitwise) {
   testing::remove_tree(dir);
 }
 
+// Our AdamW overlapped with the backward on two GPUs (--optimizer-overlap, an all-reduce per layer): each layer's
+// update waits, on the optimizer's stream, for that layer's all-reduce on NCCL's, inside v4's captured graph. Bitwise
+// the run that updates after the backward: losses, weights and moments, in fp32 and in bf16 with clipping (the
+// layers' norm passes overlap, the updates follow the global norm). An update that read a gradient before its
+// average would change them.
+TEST(DataParallelGpu, OverlapOnTwoGpusEqualsTheUpdateAfterTheBackward) {
+  TT_REQUIRE_NCCL_GPUS(2);
+  const fs::path dir = testing::fresh_dir("tt_dp_overlap");
+  const std::string binary = (build_dir() / "v4_ultra").string();
+  for (const std::string mode : {"--dtype fp32", "--dtype bf16 --grad-clip 0.5"}) {
+    SCOPED_TRACE(mode);
+    std::map<std::string, nlohmann::json> results;
+    std::map<std::string, Checkpoint> checkpoints;
+    for (const std::string overlap : {"", " --optimizer-overlap"}) {
+      const std::string name = overlap.empty() ? "after" : "overlapped";
+      const fs::path log = dir / (name + ".log"), json = dir / (name + ".json"), pt = dir / (name + ".pt");
+      ASSERT_EQ(shell(launcher() + " --nproc 2 --master-port " + std::to_string(free_port()) + " " + binary + " " +
+                      stage_flags(2, json, 6) + " " + mode + overlap + " --overwrite --save-checkpoint " +
+                      pt.string() + " > " + log.string() + " 2>&1"),
+                0)
+          << read_text(log);
+      results[name] = read_json_file(json.string());
+      checkpoints.emplace(name, read_checkpoint(pt.string()));
+      EXPECT_NE(results[name].at("stage").at("components").at("step").get<std::string>().find("graph"),
+                std::string::npos);
+    }
+    const auto& a = results.at("overlapped");
+    const auto& b = results.at("after");
+    EXPECT_EQ(a.at("training").at("optimizer").at("overlap").get<std::string>().rfind("each layer", 0), 0u)
+        << a.at("training").at("optimizer").at("overlap");
+    EXPECT_EQ(b.at("training").at("optimizer").at("overlap").get<std::string>().rfind("none", 0), 0u);
+    EXPECT_EQ(a.at("losses"), b.at("losses"));
+    const Checkpoint& x = checkpoints.at("overlapped");
+    const Checkpoint& y = checkpoints.at("after");
+    for (const auto& [name, w] : y.weights) EXPECT_TRUE(torch::equal(x.weights.at(name), w)) << name;
+    for (const auto& [name, m] : y.exp_avg) {
+      EXPECT_TRUE(torch::equal(x.exp_avg.at(name), m)) << name;
+      EXPECT_TRUE(torch::equal(x.exp_avg_sq.at(name), y.exp_avg_sq.at(name))) << name;
+    }
+  }
+  testing::remove_tree(dir);
+}
+
 // Ranks started with different flags stop at start-up, every one naming the differing rank and field.
 TEST(DataParallelGpu, DifferentConfigsAreNamedAtStartUp) {
   TT_REQUIRE_NCCL_GPUS(2);

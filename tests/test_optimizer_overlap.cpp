@@ -64,16 +64,35 @@ TEST(OptimizerOverlap, TheSwitchIsAFlagAndAConfigFieldOffByDefault) {
   EXPECT_NE(field.find("\"training.optimizer_overlap\" must be true or false"), std::string::npos) << field;
 }
 
-// Optimizers without the overlap, and data parallel, run without it and say so in the plan's config.
+// Optimizers without the overlap, and data parallel where the averaging does not follow the layers (the Reducer,
+// ZeRO-1), run without it, and the plan's config and the stage's summary say so. Data parallel with an all-reduce
+// per layer (the default) keeps it.
 TEST(OptimizerOverlap, ThePlanTurnsItOffWhereItCannotApply) {
   RunConfig c = short_run();
   c.training.optimizer_overlap = true;
   RunOptions o;
   o.output = "unused.json";
-  EXPECT_FALSE(plan_run(stages::v1_baseline(), c, o, {}).config.training.optimizer_overlap);
-  EXPECT_FALSE(plan_run(stages::v2_fused(), c, o, {}).config.training.optimizer_overlap);
-  EXPECT_FALSE(plan_run(stages::v3_custom(), c, o, {}).config.training.optimizer_overlap);
+  for (const StageSpec& spec : {stages::v1_baseline(), stages::v2_fused(), stages::v3_custom()}) {
+    const RunPlan plan = plan_run(spec, c, o, {});
+    EXPECT_FALSE(plan.config.training.optimizer_overlap) << spec.name;
+    EXPECT_NE(plan.spec.summary.find("this run: the optimizer updates after the backward (the overlap is"), std::string::npos) << plan.spec.summary;
+  }
   EXPECT_TRUE(plan_run(stages::v4_ultra(), c, o, {}).config.training.optimizer_overlap);
+
+  DistributedEnv dist;
+  dist.enabled = true;
+  dist.world_size = 2;
+  c.training.device = "auto";
+  EXPECT_TRUE(plan_run(stages::v4_ultra(), c, o, dist).config.training.optimizer_overlap);
+  RunOptions reducer = o;
+  reducer.dp_sync = GradientSync::kReducer;
+  const RunPlan with_reducer = plan_run(stages::v4_ultra(), c, reducer, dist);
+  EXPECT_FALSE(with_reducer.config.training.optimizer_overlap);
+  EXPECT_NE(with_reducer.spec.summary.find("after the backward (c10d's Reducer averages buckets, not layers)"), std::string::npos) << with_reducer.spec.summary;
+  c.training.shard_optimizer = true;
+  const RunPlan sharded = plan_run(stages::v4_ultra(), c, o, dist);
+  EXPECT_FALSE(sharded.config.training.optimizer_overlap);
+  EXPECT_NE(sharded.spec.summary.find("ZeRO-1's sharded optimizer updates after its reduce-scatters"), std::string::npos) << sharded.spec.summary;
 }
 
 }  // namespace

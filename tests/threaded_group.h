@@ -33,6 +33,10 @@ class ThreadedBackend final : public c10d::Backend {
     std::vector<std::string> calls;  // and the collective it called, with its tensors' dtypes and shapes
     std::string error;  // the last collective's, for every rank to throw
     std::shared_ptr<const std::vector<at::Tensor>> gathered;  // the last all-gather's outputs (the same on every rank)
+    // All-reduces deliver their results only when a rank waits for the work, as the all-gathers do, so that code
+    // reading a gradient before waiting for its average reads its own. Off by default: c10d's Reducer reads a
+    // bucket's result from the work's future, which this mode does not fill.
+    bool all_reduce_on_wait = false;
   };
 
   ThreadedBackend(std::shared_ptr<Hub> hub, int rank) : Backend(rank, hub->size), hub_(std::move(hub)) {}
@@ -40,7 +44,9 @@ class ThreadedBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& options) override {
+    const bool deferred = hub_->all_reduce_on_wait;
     meet("allreduce", tensors, [&](std::vector<std::vector<at::Tensor>*>& all) {
+      auto results = std::make_shared<std::vector<at::Tensor>>();
       for (size_t i = 0; i < tensors.size(); ++i) {
         at::Tensor result = (*all[0])[i].clone();
         for (size_t r = 1; r < all.size(); ++r) {
@@ -55,9 +61,15 @@ class ThreadedBackend final : public c10d::Backend {
         TORCH_CHECK(options.reduceOp == c10d::ReduceOp::AVG || options.reduceOp == c10d::ReduceOp::SUM ||
                         options.reduceOp == c10d::ReduceOp::MAX || options.reduceOp == c10d::ReduceOp::MIN,
                     "ThreadedBackend: reduce op not supported");
-        for (auto* rank : all) (*rank)[i].copy_(result);
+        if (deferred)
+          results->push_back(result.reshape({-1}));
+        else
+          for (auto* rank : all) (*rank)[i].copy_(result);
       }
+      hub_->gathered = std::move(results);
     });
+    // Read before the next collective, which only this rank's arrival lets any rank combine.
+    if (deferred) return c10::make_intrusive<Delivered>(tensors, hub_->gathered);
     return done(tensors);
   }
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -145,7 +157,7 @@ class ThreadedBackend final : public c10d::Backend {
    private:
     c10::intrusive_ptr<c10::ivalue::Future> future_;
   };
-  // An all-gather whose outputs receive their values when this rank waits for it.
+  // An all-gather (or a deferred all-reduce) whose outputs receive their values when this rank waits for it.
   class Delivered final : public c10d::Work {
    public:
     Delivered(std::vector<at::Tensor> outputs, std::shared_ptr<const std::vector<at::Tensor>> gathered)

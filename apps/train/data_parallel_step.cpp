@@ -74,6 +74,9 @@ struct ReducerSync final : DataParallelStep::State {
 // next, so a graph capture records the all-reduces in the backward's order and every replay repeats them.
 // With a sharded optimizer (ZeRO-1, apps/train/sharded_adamw.h) a group's gradients are reduce-scattered into the
 // optimizer's slices instead: the same hooks and order, each rank receiving only the mean of its slices.
+// An optimizer that updates each layer during the backward (--optimizer-overlap) waits, on the stream of that
+// update, for the all-reduces of the layer's groups (wait_for): their hooks ran before its own, which was armed
+// after them on the same gradient accumulators, so they are queued by then.
 //
 // The embedding's gradient travels as rows (lookup_leaf, its own group): when only the lookup writes a weight's
 // gradient (the tied embedding's fp32 master in bf16 stages, whose output head reads the bf16 copy; an untied
@@ -88,6 +91,8 @@ struct LayerSync final : DataParallelStep::State {
             ShardedAdamW* sharded, torch::Tensor lookup_leaf)
       : State(context), groups(groups), sharded(sharded), lookup_leaf(std::move(lookup_leaf)) {
     for (size_t g = 0; g < this->groups.size(); ++g)
+      for (const auto& leaf : this->groups[g]) group_of[leaf.unsafeGetTensorImpl()] = g;
+    for (size_t g = 0; g < this->groups.size(); ++g)
       if (this->lookup_leaf.defined() && this->groups[g].size() == 1 && this->groups[g][0].is_same(this->lookup_leaf))
         lookup_group = g;
     TORCH_CHECK(!this->lookup_leaf.defined() || lookup_group < this->groups.size(),
@@ -100,6 +105,7 @@ struct LayerSync final : DataParallelStep::State {
   void before_backward(const torch::Tensor&, bool last) override {
     if (!last) return;
     works.clear();
+    work_of.assign(groups.size(), {});
     ready.arm(groups, [this](size_t g) { all_reduce(g); });
   }
   void after_backward(bool last) override {
@@ -111,6 +117,7 @@ struct LayerSync final : DataParallelStep::State {
     ready.disarm();
     for (auto& work : works) work->wait();  // a stream wait: the optimizer's kernels come after the all-reduces
     works.clear();
+    work_of.assign(groups.size(), {});
     if (lookup_leaf.defined()) average_rows();
     ids.clear();
   }
@@ -132,6 +139,25 @@ struct LayerSync final : DataParallelStep::State {
     c10d::AllreduceCoalescedOptions options;
     options.reduceOp = c10d::ReduceOp::AVG;
     works.push_back(context.group()->allreduce_coalesced(grads, options));
+    work_of[g] = works.back();
+  }
+
+  // The current stream (the host on the CPU) waits for the all-reduces of the groups holding `leaves`, which the
+  // hooks have queued. The embedding's rows are averaged after the backward (average_rows): not here.
+  void wait_for(const std::vector<torch::Tensor>& leaves) {
+    std::vector<bool> waited(groups.size(), false);
+    for (const auto& leaf : leaves) {
+      if (!leaf.defined()) continue;
+      const auto it = group_of.find(leaf.unsafeGetTensorImpl());
+      if (it == group_of.end() || waited[it->second]) continue;  // not a gradient leaf (a master with a copy)
+      const size_t g = it->second;
+      TORCH_CHECK(g != lookup_group, "data parallel: the embedding's gradient is averaged after the backward; an "
+                                     "update during the backward cannot wait for it");
+      TORCH_CHECK(ready.fired(g), "data parallel: a layer's update would read gradients whose all-reduce has not "
+                                  "been queued (group ", g, ")");
+      if (work_of[g]) work_of[g]->wait();
+      waited[g] = true;
+    }
   }
 
   // All-gathers this rank's token ids of the step and the lookup leaf's gradient rows at them.
@@ -171,6 +197,8 @@ struct LayerSync final : DataParallelStep::State {
   torch::Tensor local_ids, local_rows, all_ids, all_rows;
   GradientReadyHooks ready;
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<c10::intrusive_ptr<c10d::Work>> work_of;  // per group: its all-reduce in this step, or none
+  std::unordered_map<const c10::TensorImpl*, size_t> group_of;  // leaf -> its group
 };
 
 // The leaf whose gradient only the embedding lookup writes, or undefined when the output head also reads it
@@ -262,8 +290,19 @@ DataParallelStep::DataParallelStep(DistributedContext& context, Transformer mode
   } else {
     auto groups = layer_groups(model, leaves_);
     if (lookup_leaf.defined()) own_group(groups, lookup_leaf);
-    state_ = std::make_unique<LayerSync>(context, groups, sharded, lookup_leaf);
+    auto layers = std::make_unique<LayerSync>(context, groups, sharded, lookup_leaf);
+    if (optimizer.overlaps_backward()) {
+      TORCH_CHECK(!sharded, "DataParallelStep: the sharded optimizer (ZeRO-1) updates after its reduce-scatters; it "
+                            "cannot overlap the backward");
+      optimizer.wait_for_averaging([sync = layers.get()](const std::vector<torch::Tensor>& leaves) {
+        sync->wait_for(leaves);
+      });
+    }
+    state_ = std::move(layers);
   }
+  TORCH_CHECK(!optimizer.overlaps_backward() || sync == GradientSync::kLayers,
+              "DataParallelStep: an optimizer that updates each layer during the backward needs an all-reduce per "
+              "layer (layers); c10d's Reducer averages buckets");
   eager_ = std::make_unique<EagerStep>(std::move(model), optimizer, accum_steps, state_.get());
   if (capture_at >= 0) graph_ = std::make_unique<GraphedStep>(*eager_, capture_at);
 }

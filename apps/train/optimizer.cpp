@@ -179,7 +179,12 @@ class OurAdamW final : public Optimizer {
         groups[r].push_back(copy_of_[i]);  // undefined without one: skipped
       }
     }
-    ready_.arm(groups, [this](size_t r) { on_side([&] { run_pass(r); }); });
+    ready_.arm(groups, [this, groups](size_t r) {
+      on_side([&] {
+        if (averaged_) averaged_(groups[r]);  // data parallel: the layer's all-reduce, before the pass reads it
+        run_pass(r);
+      });
+    });
   }
 
   void step() override {
@@ -199,6 +204,12 @@ class OurAdamW final : public Optimizer {
   }
 
   bool wants_high_priority_step() const override { return side_.has_value() && priority_; }
+  bool overlaps_backward() const override { return overlap_; }
+  void wait_for_averaging(AveragingWait wait) override {
+    TORCH_CHECK(overlap_, "OurAdamW: waiting for averaged gradients is the overlap's; this optimizer updates after "
+                          "the backward");
+    averaged_ = std::move(wait);
+  }
 
   torch::Tensor exp_avg(size_t i) const override { return exp_avgs_[i]; }
   torch::Tensor exp_avg_sq(size_t i) const override { return exp_avg_sqs_[i]; }
@@ -319,6 +330,7 @@ class OurAdamW final : public Optimizer {
   std::vector<ParameterRange> ranges_;  // one per layer, and the runs between layers
   std::vector<bool> done_;               // per range: this step's pass has been launched
   GradientReadyHooks ready_;             // starts a layer's pass when its gradients are final
+  AveragingWait averaged_;               // data parallel: waits for a layer's averaged gradients
   torch::Tensor partials_;  // the norm pass's partial sums, written range by range
   std::optional<c10::Stream> side_;
   int64_t max_blocks_ = 0;

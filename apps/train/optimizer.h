@@ -64,6 +64,16 @@ class Optimizer {
   // beside the backward asks for the step's stream at high priority (a graph keeps each kernel's priority), so
   // that its kernels take SMs the backward leaves free instead of holding back the backward's next kernel.
   virtual bool wants_high_priority_step() const { return false; }
+  // Whether this optimizer updates layers during the backward (before_last_backward). Data parallel then tells it
+  // how to wait for a layer's averaged gradients (wait_for_averaging).
+  virtual bool overlaps_backward() const { return false; }
+  // Data parallel with an overlapping optimizer: `wait(leaves)` is called on the stream that will read the leaves'
+  // gradients (on the CPU, on the host), once the backward has made them final and before anything reads them,
+  // and makes that stream (or the host) wait until they are averaged over the ranks.
+  using AveragingWait = std::function<void(const std::vector<torch::Tensor>& leaves)>;
+  virtual void wait_for_averaging(AveragingWait /*wait*/) {
+    TORCH_CHECK(false, "this optimizer updates after the backward: it reads gradients only once they are averaged");
+  }
   // Moments of parameter i (shaped like it; undefined before the first step) and the step count.
   virtual torch::Tensor exp_avg(size_t i) const = 0;
   virtual torch::Tensor exp_avg_sq(size_t i) const = 0;

@@ -192,12 +192,21 @@ RunPlan plan_run(const StageSpec& stage, const RunConfig& config, const RunOptio
                       to_string(p.config.training.optimizer_state_dtype) + "\" is not allowed for " + p.spec.name +
                       ", whose optimizer (" + implementation(p.spec.optimizer).name +
                       ") keeps fp32 moments: bf16 moments are our AdamW's (v4_ultra)");
-  // The overlap is our AdamW's, and data parallel must all-reduce a gradient before any update reads it.
-  if (p.config.training.optimizer_overlap && (dist.enabled || p.spec.optimizer != OptimizerKind::kOurAdamW)) {
-    p.config.training.optimizer_overlap = false;
-    p.spec.summary += dist.enabled ? "; this run: the optimizer updates after the backward (data parallel "
-                                     "all-reduces the gradients first)"
-                                   : "";
+  // The overlap is our AdamW's. Under data parallel a layer's update must wait for its gradients' average: with an
+  // all-reduce per layer it waits for that layer's (DataParallelStep); the Reducer's buckets and ZeRO-1's
+  // reduce-scatter do not follow the layers, and there the update stays after the backward.
+  if (p.config.training.optimizer_overlap) {
+    const auto off = [&](const std::string& why) {
+      p.config.training.optimizer_overlap = false;
+      p.spec.summary += "; this run: the optimizer updates after the backward (" + why + ")";
+    };
+    if (p.spec.optimizer != OptimizerKind::kOurAdamW)
+      off("the overlap is " + std::string(implementation(OptimizerKind::kOurAdamW).name) + "'s; " + p.spec.name +
+          " runs " + implementation(p.spec.optimizer).name);
+    else if (dist.enabled && p.config.training.shard_optimizer)
+      off("ZeRO-1's sharded optimizer updates after its reduce-scatters");
+    else if (dist.enabled && options.dp_sync.value_or(kDefaultGradientSync) != GradientSync::kLayers)
+      off("c10d's Reducer averages buckets, not layers");
   }
   if (p.config.training.shard_optimizer)
     p.spec.summary += "; this run: ZeRO-1, each rank keeps and updates 1/" + std::to_string(dist.world_size) +
