@@ -604,8 +604,7 @@ TEST(DataParallelCpu, OverlapNeedsAnAllReducePerLayerAndNoSharding) {
                              torch::kCPU);
   Trainer trainer(spec, c, torch::kCPU);
   ASSERT_TRUE(trainer.optimizer().overlaps_backward());
-  EXPECT_THROW(DataParallelStep(context, trainer.model(), trainer.optimizer(), 1, GradientSync::kReducer),
-               c10::Error);
+  EXPECT_THROW(DataParallelStep(context, trainer.model(), trainer.optimizer(), 1, GradientSync::kReducer), c10::Error);
   EXPECT_NO_THROW(DataParallelStep(context, trainer.model(), trainer.optimizer(), 1, GradientSync::kLayers));
   c.training.optimizer_overlap = false;
   Trainer plain(spec, c, torch::kCPU);

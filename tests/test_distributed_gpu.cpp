@@ -525,8 +525,8 @@ TEST(DataParallelGpu, OverlapOnTwoGpusEqualsTheUpdateAfterTheBackward) {
       const std::string name = overlap.empty() ? "after" : "overlapped";
       const fs::path log = dir / (name + ".log"), json = dir / (name + ".json"), pt = dir / (name + ".pt");
       ASSERT_EQ(shell(launcher() + " --nproc 2 --master-port " + std::to_string(free_port()) + " " + binary + " " +
-                      stage_flags(2, json, 6) + " " + mode + overlap + " --overwrite --save-checkpoint " +
-                      pt.string() + " > " + log.string() + " 2>&1"),
+                      stage_flags(2, json, 6) + " " + mode + overlap + " --overwrite --save-checkpoint " + pt.string() +
+                      " > " + log.string() + " 2>&1"),
                 0)
           << read_text(log);
       results[name] = read_json_file(json.string());

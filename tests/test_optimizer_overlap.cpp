@@ -75,7 +75,9 @@ TEST(OptimizerOverlap, ThePlanTurnsItOffWhereItCannotApply) {
   for (const StageSpec& spec : {stages::v1_baseline(), stages::v2_fused(), stages::v3_custom()}) {
     const RunPlan plan = plan_run(spec, c, o, {});
     EXPECT_FALSE(plan.config.training.optimizer_overlap) << spec.name;
-    EXPECT_NE(plan.spec.summary.find("this run: the optimizer updates after the backward (the overlap is"), std::string::npos) << plan.spec.summary;
+    EXPECT_NE(plan.spec.summary.find("this run: the optimizer updates after the backward (the overlap is"),
+              std::string::npos)
+        << plan.spec.summary;
   }
   EXPECT_TRUE(plan_run(stages::v4_ultra(), c, o, {}).config.training.optimizer_overlap);
 
@@ -88,11 +90,15 @@ TEST(OptimizerOverlap, ThePlanTurnsItOffWhereItCannotApply) {
   reducer.dp_sync = GradientSync::kReducer;
   const RunPlan with_reducer = plan_run(stages::v4_ultra(), c, reducer, dist);
   EXPECT_FALSE(with_reducer.config.training.optimizer_overlap);
-  EXPECT_NE(with_reducer.spec.summary.find("after the backward (c10d's Reducer averages buckets, not layers)"), std::string::npos) << with_reducer.spec.summary;
+  EXPECT_NE(with_reducer.spec.summary.find("after the backward (c10d's Reducer averages buckets, not layers)"),
+            std::string::npos)
+      << with_reducer.spec.summary;
   c.training.shard_optimizer = true;
   const RunPlan sharded = plan_run(stages::v4_ultra(), c, o, dist);
   EXPECT_FALSE(sharded.config.training.optimizer_overlap);
-  EXPECT_NE(sharded.spec.summary.find("ZeRO-1's sharded optimizer updates after its reduce-scatters"), std::string::npos) << sharded.spec.summary;
+  EXPECT_NE(sharded.spec.summary.find("ZeRO-1's sharded optimizer updates after its reduce-scatters"),
+            std::string::npos)
+      << sharded.spec.summary;
 }
 
 }  // namespace

@@ -151,10 +151,13 @@ struct LayerSync final : DataParallelStep::State {
       const auto it = group_of.find(leaf.unsafeGetTensorImpl());
       if (it == group_of.end() || waited[it->second]) continue;  // not a gradient leaf (a master with a copy)
       const size_t g = it->second;
-      TORCH_CHECK(g != lookup_group, "data parallel: the embedding's gradient is averaged after the backward; an "
-                                     "update during the backward cannot wait for it");
-      TORCH_CHECK(ready.fired(g), "data parallel: a layer's update would read gradients whose all-reduce has not "
-                                  "been queued (group ", g, ")");
+      TORCH_CHECK(g != lookup_group,
+                  "data parallel: the embedding's gradient is averaged after the backward; an "
+                  "update during the backward cannot wait for it");
+      TORCH_CHECK(ready.fired(g),
+                  "data parallel: a layer's update would read gradients whose all-reduce has not "
+                  "been queued (group ",
+                  g, ")");
       if (work_of[g]) work_of[g]->wait();
       waited[g] = true;
     }
@@ -197,7 +200,7 @@ struct LayerSync final : DataParallelStep::State {
   torch::Tensor local_ids, local_rows, all_ids, all_rows;
   GradientReadyHooks ready;
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  std::vector<c10::intrusive_ptr<c10d::Work>> work_of;  // per group: its all-reduce in this step, or none
+  std::vector<c10::intrusive_ptr<c10d::Work>> work_of;          // per group: its all-reduce in this step, or none
   std::unordered_map<const c10::TensorImpl*, size_t> group_of;  // leaf -> its group
 };
 
@@ -292,11 +295,11 @@ DataParallelStep::DataParallelStep(DistributedContext& context, Transformer mode
     if (lookup_leaf.defined()) own_group(groups, lookup_leaf);
     auto layers = std::make_unique<LayerSync>(context, groups, sharded, lookup_leaf);
     if (optimizer.overlaps_backward()) {
-      TORCH_CHECK(!sharded, "DataParallelStep: the sharded optimizer (ZeRO-1) updates after its reduce-scatters; it "
-                            "cannot overlap the backward");
-      optimizer.wait_for_averaging([sync = layers.get()](const std::vector<torch::Tensor>& leaves) {
-        sync->wait_for(leaves);
-      });
+      TORCH_CHECK(!sharded,
+                  "DataParallelStep: the sharded optimizer (ZeRO-1) updates after its reduce-scatters; it "
+                  "cannot overlap the backward");
+      optimizer.wait_for_averaging(
+          [sync = layers.get()](const std::vector<torch::Tensor>& leaves) { sync->wait_for(leaves); });
     }
     state_ = std::move(layers);
   }

@@ -206,8 +206,9 @@ class OurAdamW final : public Optimizer {
   bool wants_high_priority_step() const override { return side_.has_value() && priority_; }
   bool overlaps_backward() const override { return overlap_; }
   void wait_for_averaging(AveragingWait wait) override {
-    TORCH_CHECK(overlap_, "OurAdamW: waiting for averaged gradients is the overlap's; this optimizer updates after "
-                          "the backward");
+    TORCH_CHECK(overlap_,
+                "OurAdamW: waiting for averaged gradients is the overlap's; this optimizer updates after "
+                "the backward");
     averaged_ = std::move(wait);
   }
 
