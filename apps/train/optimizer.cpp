@@ -135,7 +135,8 @@ class FusedAdamW final : public Optimizer {
 // gradients and are prepared on the second stream first. With clipping every update needs the global norm,
 // known only after the whole backward: the layers' squared-norm partial sums overlap, and the updates all
 // follow the norm, as without overlap. Either way the arithmetic is adamw_step's, bit for bit (the passes of
-// kernels/ops/adamw.h). On the CPU there is no second stream: a layer's pass runs inside its hook.
+// kernels/ops/adamw.h). On the CPU there is no second stream: a layer's pass runs inside its hook. Under data
+// parallel a layer's pass first waits, on the second stream, for that layer's all-reduce (wait_for_averaging).
 class OurAdamW final : public Optimizer {
  public:
   OurAdamW(const Transformer& model, const AdamWOptions& o)
