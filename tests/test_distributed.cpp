@@ -586,6 +586,12 @@ TEST(DataParallelCpu, OverlappedUpdateEqualsTheUpdateAfterTheBackward) {
           EXPECT_EQ(overlapped[r].losses, after[r].losses) << "rank " << r;
           for (const auto& [name, w] : after[r].weights)
             EXPECT_TRUE(torch::equal(overlapped[r].weights.at(name), w)) << "rank " << r << " " << name;
+          const Checkpoint& x = overlapped[r].checkpoint;
+          const Checkpoint& y = after[r].checkpoint;
+          for (const auto& [name, m] : y.exp_avg) {
+            EXPECT_TRUE(torch::equal(x.exp_avg.at(name), m)) << "rank " << r << " " << name;
+            EXPECT_TRUE(torch::equal(x.exp_avg_sq.at(name), y.exp_avg_sq.at(name))) << "rank " << r << " " << name;
+          }
         }
       }
 }
@@ -606,6 +612,10 @@ TEST(DataParallelCpu, OverlapNeedsAnAllReducePerLayerAndNoSharding) {
   ASSERT_TRUE(trainer.optimizer().overlaps_backward());
   EXPECT_THROW(DataParallelStep(context, trainer.model(), trainer.optimizer(), 1, GradientSync::kReducer), c10::Error);
   EXPECT_NO_THROW(DataParallelStep(context, trainer.model(), trainer.optimizer(), 1, GradientSync::kLayers));
+  // That step is gone, and it took its wait back: the trainer's own step runs without it (it would otherwise call
+  // into the destroyed step's all-reduces).
+  const auto batch = testing::random_tokens(c.training.batch_size, c.training.seq_len + 1, c.model.vocab_size, 3);
+  EXPECT_NO_THROW(trainer.step(batch.narrow(1, 0, c.training.seq_len), batch.narrow(1, 1, c.training.seq_len)));
   c.training.optimizer_overlap = false;
   Trainer plain(spec, c, torch::kCPU);
   EXPECT_FALSE(plain.optimizer().overlaps_backward());

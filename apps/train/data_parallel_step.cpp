@@ -149,7 +149,12 @@ struct LayerSync final : DataParallelStep::State {
     for (const auto& leaf : leaves) {
       if (!leaf.defined()) continue;
       const auto it = group_of.find(leaf.unsafeGetTensorImpl());
-      if (it == group_of.end() || waited[it->second]) continue;  // not a gradient leaf (a master with a copy)
+      // A master whose compute copy is the gradient leaf has no gradient of its own here; any other tensor with a
+      // gradient that no group averages would be read unaveraged.
+      TORCH_CHECK(it != group_of.end() || !leaf.grad().defined(),
+                  "data parallel: a gradient the overlapped update reads is not averaged per layer (run without "
+                  "--optimizer-overlap)");
+      if (it == group_of.end() || waited[it->second]) continue;
       const size_t g = it->second;
       TORCH_CHECK(g != lookup_group,
                   "data parallel: the embedding's gradient is averaged after the backward; an "
@@ -288,29 +293,36 @@ DataParallelStep::DataParallelStep(DistributedContext& context, Transformer mode
               "DataParallelStep: a sharded optimizer receives its gradients reduce-scattered per layer (layers), not "
               "all-reduced by the Reducer");
   sharded_optimizer_ = sharded;
+  TORCH_CHECK(!optimizer.overlaps_backward() || sync == GradientSync::kLayers,
+              "DataParallelStep: an optimizer that updates each layer during the backward needs an all-reduce per "
+              "layer, and c10d's Reducer averages buckets: use --dp-sync layers, or run without --optimizer-overlap");
+  TORCH_CHECK(!optimizer.overlaps_backward() || !sharded,
+              "DataParallelStep: the sharded optimizer (ZeRO-1) updates after its reduce-scatters and cannot overlap "
+              "the backward: run without --shard-optimizer or without --optimizer-overlap");
+  LayerSync* layers = nullptr;
   if (sync == GradientSync::kReducer) {
     state_ = std::make_unique<ReducerSync>(context, leaves_);
   } else {
     auto groups = layer_groups(model, leaves_);
     if (lookup_leaf.defined()) own_group(groups, lookup_leaf);
-    auto layers = std::make_unique<LayerSync>(context, groups, sharded, lookup_leaf);
-    if (optimizer.overlaps_backward()) {
-      TORCH_CHECK(!sharded,
-                  "DataParallelStep: the sharded optimizer (ZeRO-1) updates after its reduce-scatters; it "
-                  "cannot overlap the backward");
-      optimizer.wait_for_averaging(
-          [sync = layers.get()](const std::vector<torch::Tensor>& leaves) { sync->wait_for(leaves); });
-    }
-    state_ = std::move(layers);
+    auto owned = std::make_unique<LayerSync>(context, groups, sharded, lookup_leaf);
+    layers = owned.get();
+    state_ = std::move(owned);
   }
-  TORCH_CHECK(!optimizer.overlaps_backward() || sync == GradientSync::kLayers,
-              "DataParallelStep: an optimizer that updates each layer during the backward needs an all-reduce per "
-              "layer (layers); c10d's Reducer averages buckets");
   eager_ = std::make_unique<EagerStep>(std::move(model), optimizer, accum_steps, state_.get());
-  if (capture_at >= 0) graph_ = std::make_unique<GraphedStep>(*eager_, capture_at);
+  if (capture_at >= 0)
+    graph_ = std::make_unique<GraphedStep>(*eager_, capture_at, optimizer.wants_high_priority_step());
+  // Last, once nothing here can throw: the optimizer keeps this wait until the destructor takes it back.
+  if (optimizer.overlaps_backward()) {
+    optimizer.wait_for_averaging([layers](const std::vector<torch::Tensor>& leaves) { layers->wait_for(leaves); });
+    overlapping_optimizer_ = &optimizer;
+  }
 }
 
-DataParallelStep::~DataParallelStep() = default;
+// The optimizer outlives this step (the Trainer owns both): it must not keep a wait on this step's LayerSync.
+DataParallelStep::~DataParallelStep() {
+  if (overlapping_optimizer_) overlapping_optimizer_->wait_for_averaging({});
+}
 
 const char* DataParallelStep::describe() const {
   // The words before the colon are to_string(StepKind)'s (models/stage.cpp).

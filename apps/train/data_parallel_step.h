@@ -71,6 +71,7 @@ class DataParallelStep final : public StepRunner {
   std::unique_ptr<State> state_;
   std::unique_ptr<EagerStep> eager_;
   std::unique_ptr<StepRunner> graph_;  // null: eager
+  Optimizer* overlapping_optimizer_ = nullptr;  // an optimizer that overlaps the backward waits through this step
 };
 
 }  // namespace tt

@@ -69,7 +69,8 @@ class Optimizer {
   virtual bool overlaps_backward() const { return false; }
   // Data parallel with an overlapping optimizer: `wait(leaves)` is called on the stream that will read the leaves'
   // gradients (on the CPU, on the host), once the backward has made them final and before anything reads them,
-  // and makes that stream (or the host) wait until they are averaged over the ranks.
+  // and makes that stream (or the host) wait until they are averaged over the ranks. An empty `wait` takes it back
+  // (the data-parallel step's destructor: the optimizer outlives it).
   using AveragingWait = std::function<void(const std::vector<torch::Tensor>& leaves)>;
   virtual void wait_for_averaging(AveragingWait /*wait*/) {
     TORCH_CHECK(false, "this optimizer updates after the backward: it reads gradients only once they are averaged");
