@@ -597,7 +597,8 @@ TEST(DataParallelCpu, OverlappedUpdateEqualsTheUpdateAfterTheBackward) {
 }
 
 // The Reducer's buckets and ZeRO-1's reduce-scatter do not follow the layers: DataParallelStep refuses an
-// overlapping optimizer there (plan_run turns the overlap off first, and says so in the stage's summary).
+// overlapping optimizer with the Reducer, and the sharded optimizer refuses the overlap when it is made (plan_run
+// turns the overlap off first in both cases, and says so in the stage's summary).
 TEST(DataParallelCpu, OverlapNeedsAnAllReducePerLayerAndNoSharding) {
   RunConfig c = testing::smoke_config();
   c.training.optimizer_overlap = true;
@@ -612,6 +613,7 @@ TEST(DataParallelCpu, OverlapNeedsAnAllReducePerLayerAndNoSharding) {
   ASSERT_TRUE(trainer.optimizer().overlaps_backward());
   EXPECT_THROW(DataParallelStep(context, trainer.model(), trainer.optimizer(), 1, GradientSync::kReducer), c10::Error);
   EXPECT_NO_THROW(DataParallelStep(context, trainer.model(), trainer.optimizer(), 1, GradientSync::kLayers));
+  EXPECT_THROW(Trainer(spec, c, torch::kCPU, sharded_adamw(context, spec.optimizer)), c10::Error);
   // That step is gone, and it took its wait back: the trainer's own step runs without it (it would otherwise call
   // into the destroyed step's all-reduces).
   const auto batch = testing::random_tokens(c.training.batch_size, c.training.seq_len + 1, c.model.vocab_size, 3);

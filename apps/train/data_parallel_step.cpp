@@ -293,12 +293,10 @@ DataParallelStep::DataParallelStep(DistributedContext& context, Transformer mode
               "DataParallelStep: a sharded optimizer receives its gradients reduce-scattered per layer (layers), not "
               "all-reduced by the Reducer");
   sharded_optimizer_ = sharded;
+  // (The sharded optimizer never overlaps: ShardedAdamW refuses the option when it is made.)
   TORCH_CHECK(!optimizer.overlaps_backward() || sync == GradientSync::kLayers,
               "DataParallelStep: an optimizer that updates each layer during the backward needs an all-reduce per "
               "layer, and c10d's Reducer averages buckets: use --dp-sync layers, or run without --optimizer-overlap");
-  TORCH_CHECK(!optimizer.overlaps_backward() || !sharded,
-              "DataParallelStep: the sharded optimizer (ZeRO-1) updates after its reduce-scatters and cannot overlap "
-              "the backward: run without --shard-optimizer or without --optimizer-overlap");
   LayerSync* layers = nullptr;
   if (sync == GradientSync::kReducer) {
     state_ = std::make_unique<ReducerSync>(context, leaves_);
