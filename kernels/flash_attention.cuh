@@ -126,9 +126,16 @@ LaunchStatus flash_attention_backward_tiled(const FlashBackwardParams& params, D
 LaunchStatus flash_attention_forward_hopper(const FlashForwardParams& params, DType dtype, void* stream);
 LaunchStatus flash_attention_backward_hopper(const FlashBackwardParams& params, DType dtype, void* stream);
 bool hopper_flash_present();
-// Whether the Hopper backward at this head_dim is the fused kernel (dQ summed over key blocks in turns), which
-// needs FlashBackwardParams' grad_q_accum and grad_q_turns; the other head dims run two kernels without them.
-constexpr bool hopper_backward_fused(int64_t head_dim) { return head_dim == 64; }
+// Whether the Hopper backward at this head_dim and length is the fused kernel (five products per tile pair; dQ
+// summed over key blocks in turns), which needs FlashBackwardParams' grad_q_accum and grad_q_turns; elsewhere two
+// kernels run without them. The fused kernel exists at head dim 64 (at 128 its block does not fit shared memory),
+// and runs from kHopperFusedBackwardFromSeq positions: below, its prologue and epilogue cost more than its two saved
+// products (H100, docs/attention.md).
+constexpr bool hopper_backward_fusable(int64_t head_dim) { return head_dim == 64; }
+constexpr int64_t kHopperFusedBackwardFromSeq = 1024;
+constexpr bool hopper_backward_fused(int64_t head_dim, int64_t seq) {
+  return hopper_backward_fusable(head_dim) && seq >= kHopperFusedBackwardFromSeq;
+}
 // The fused kernel's query tiles, each with one turn counter.
 constexpr int64_t kHopperGradQTileRows = 64;
 constexpr int64_t hopper_grad_q_tiles(int64_t seq) { return (seq + kHopperGradQTileRows - 1) / kHopperGradQTileRows; }

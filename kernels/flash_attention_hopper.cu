@@ -377,14 +377,15 @@ LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream)
 //    dP^T = V dO^T, keys as rows, so that P^T and dS^T are already the A operands of dV += P^T dO and
 //    dK += dS^T Q (dO and Q MN-major: the tiles loaded K-major for the first two products serve transposed for the
 //    last two).
-//  * head_dim 64, the same kernel also makes dQ (FlashAttention-3's five products): dS^T goes to shared memory,
-//    each consumer multiplies its 64 keys' dS by their K, and a writer warp (one per share slot) adds the two shares
-//    to the query tile's fp32 dQ sum in the block's turn (the kernel's comment). A prologue writes
-//    delta = rowsum(dO * O) and zeroes the sums first; an epilogue writes dQ from them.
-//  * head_dim 128, dQ has a kernel of its own, run first (it writes delta): resident Q and dO of 128 queries,
-//    streamed K and V tiles of 64 keys up to the diagonal. S = Q K^T and dP = dO V^T again (seven products per
-//    tile pair in all), dS = P * (dP - delta) in registers, dQ += dS K with dS from registers and K MN-major.
-//    FlashAttention-2's scheme, which measured faster there than the fused kernel (hopper_backward_for).
+//  * head_dim 64 from 1,024 positions, the same kernel also makes dQ (FlashAttention-3's five products): dS^T goes
+//    to shared memory, each consumer multiplies its 64 keys' dS by their K, and a writer warp (one per share slot)
+//    adds the two shares to the query tile's fp32 dQ sum in the block's turn (the kernel's comment). A prologue
+//    writes delta = rowsum(dO * O) and zeroes the sums first; an epilogue writes dQ from them.
+//  * elsewhere (head_dim 128, and 64 below 1,024 positions), dQ has a kernel of its own, run first (it writes
+//    delta): resident Q and dO of 128 queries, streamed K and V tiles of 64 keys up to the diagonal. S = Q K^T and
+//    dP = dO V^T again (seven products per tile pair in all), dS = P * (dP - delta) in registers, dQ += dS K with
+//    dS from registers and K MN-major. FlashAttention-2's scheme, which measured faster there than the fused
+//    kernel (hopper_backward_for).
 // Every tile, resident or streamed, is copied in boxes of 64 rows (one set of tensor maps serves every kernel).
 // Each warpgroup runs its products and softmax steps in order; the forward's pipeline within a warpgroup (the next
 // tile's first products issued before this tile's last) was tried in the two kernels and measured no faster: the
@@ -944,14 +945,15 @@ LaunchStatus launch_backward(Kernel* kernel, int64_t items, int threads, int byt
   return last_launch_status();
 }
 
-// Head dim 64: the fused kernel between its prologue (delta, the zeroed sums and turns) and epilogue (dQ). Head
-// dim 128: FlashAttention-2's two kernels, dQ first (its kernel also writes delta, which the dK/dV kernel reads).
-// Each is where it measured faster on an H100 (bf16, kernel_bench forward + backward, docs/attention.md): the fused
-// kernel with its writer warp against the two kernels in the same call, long-context 585.7 vs 688.3 us (medium
-// 142.4 vs 143.6, inside the repeat band). At head_dim 128 the fused block's shared memory (two fp32 share slots
-// of 64 x 128 per consumer) exceeds the 227 KB a block may have; an earlier fused version that split dQ's columns
-// between the consumers and added them itself measured slower there (d128-s1024 395.2 vs 358.6 us, d128-s4096
-// 1,721.8 vs 1,618.4).
+// The fused kernel between its prologue (delta, the zeroed sums and turns) and epilogue (dQ) at head dim 64 from
+// kHopperFusedBackwardFromSeq positions; elsewhere FlashAttention-2's two kernels, dQ first (its kernel also writes
+// delta, which the dK/dV kernel reads). Each is where it measured faster on an H100 (bf16 and fp16, kernel_bench
+// forward + backward, the two alternated in one call, docs/attention.md): at head dim 64 the two kernels at 256 and
+// 512 positions (80 against 85, 101 against 107 us: the fused kernel's prologue and epilogue are latency-bound and
+// weigh most where there are few tiles), the fused one from 1,024 (281 against 285 us; 2,048: 430-436 against
+// 450-455) and level at 4,096. At head dim 128 the fused block's shared memory (two fp32 share slots of 64 x 128 per
+// consumer) exceeds the 227 KB a block may have; a form that fits (dQ split by columns between the consumers, no
+// sum) measured 8-25% slower than the two kernels (2026-11-28).
 template <typename T, int kD>
 LaunchStatus hopper_backward_for(const FlashBackwardParams& p, gpuStream_t stream) {
   constexpr bool kBf16 = std::is_same_v<T, bf16>;
@@ -965,24 +967,27 @@ LaunchStatus hopper_backward_for(const FlashBackwardParams& p, gpuStream_t strea
                                                   strides[i].batch, strides[i].head, strides[i].seq, kBackwardBoxRows))
       return {e};
   }
-  if constexpr (hopper_backward_fused(kD)) {
-    using Fused = HopperBackwardFusedShape<kD>;
-    const int64_t key_blocks = static_cast<int64_t>(blocks_for(p.seq, Fused::kResidentRows)) * p.kv_heads * p.batch;
-    if (p.grad_q_accum == nullptr || p.grad_q_turns == nullptr)
-      return {"the fused Hopper flash attention backward needs its dQ scratch (grad_q_accum, grad_q_turns)"};
-    const int64_t query_tiles = static_cast<int64_t>(blocks_for(p.seq, Fused::kStreamedRows)) * p.q_heads * p.batch;
-    if (query_tiles > std::numeric_limits<int>::max()) return {kTooManyItems};
-    flash_backward_prologue_hopper_kernel<T, kD>
-        <<<static_cast<unsigned>(query_tiles), hopper::kWarpgroupThreads, 0, stream>>>(p);
-    LaunchStatus status = last_launch_status();
-    if (!status.ok()) return status;
-    status = launch_backward(flash_backward_kv_hopper_kernel<T, kD, true>, key_blocks, Fused::kThreads, Fused::kBytes,
-                             maps, p, stream);
-    if (!status.ok()) return status;
-    flash_backward_epilogue_hopper_kernel<T, kD>
-        <<<static_cast<unsigned>(query_tiles), hopper::kWarpgroupThreads, 0, stream>>>(p);
-    return last_launch_status();
-  } else {
+  if constexpr (hopper_backward_fusable(kD)) {
+    if (hopper_backward_fused(kD, p.seq)) {
+      using Fused = HopperBackwardFusedShape<kD>;
+      const int64_t key_blocks = static_cast<int64_t>(blocks_for(p.seq, Fused::kResidentRows)) * p.kv_heads * p.batch;
+      if (p.grad_q_accum == nullptr || p.grad_q_turns == nullptr)
+        return {"the fused Hopper flash attention backward needs its dQ scratch (grad_q_accum, grad_q_turns)"};
+      const int64_t query_tiles = static_cast<int64_t>(blocks_for(p.seq, Fused::kStreamedRows)) * p.q_heads * p.batch;
+      if (query_tiles > std::numeric_limits<int>::max()) return {kTooManyItems};
+      flash_backward_prologue_hopper_kernel<T, kD>
+          <<<static_cast<unsigned>(query_tiles), hopper::kWarpgroupThreads, 0, stream>>>(p);
+      LaunchStatus status = last_launch_status();
+      if (!status.ok()) return status;
+      status = launch_backward(flash_backward_kv_hopper_kernel<T, kD, true>, key_blocks, Fused::kThreads, Fused::kBytes,
+                               maps, p, stream);
+      if (!status.ok()) return status;
+      flash_backward_epilogue_hopper_kernel<T, kD>
+          <<<static_cast<unsigned>(query_tiles), hopper::kWarpgroupThreads, 0, stream>>>(p);
+      return last_launch_status();
+    }
+  }
+  {
     using Kv = HopperBackwardKvShape<kD>;
     const int64_t key_blocks = static_cast<int64_t>(blocks_for(p.seq, Kv::kResidentRows)) * p.kv_heads * p.batch;
     using Q = HopperBackwardQShape<kD>;

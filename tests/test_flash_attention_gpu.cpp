@@ -342,7 +342,8 @@ TEST(FlashAttentionGpu, HopperMatchesTheReference) {
   }
 
   for (const int64_t head_dim : {64, 128})
-    expect_bitwise_repeatable(hopper, random_inputs({2, 8, 2, 1000, head_dim}, torch::kBFloat16), "Hopper");
+    for (const int64_t seq : {1000, 1100})  // head dim 64: the two kernels, the fused one
+      expect_bitwise_repeatable(hopper, random_inputs({2, 8, 2, seq, head_dim}, torch::kBFloat16), "Hopper");
 
   // Incoming gradients with zero strides against the same values materialised: every stride 0 (from .sum(); the op
   // copies it for every generation) and broadcast over the batch (an expand(); copied for the tensor map only).
@@ -429,12 +430,12 @@ TEST(FlashAttentionGpu, HopperForwardWritesExactlyItsRows) {
 #endif
 }
 
-// The fused Hopper backward (head dim 64) sums dQ over key blocks in fp32 scratch, with a turn counter per query
-// tile, both allocated by the op with torch::empty: the kernels themselves must leave no stale value in the result
-// (the prologue zeroes both; a kernel that wrote the first turn's sum instead of adding it, as was tried, must cover
-// every tile). Launched directly on scratch filled with NaN and garbage counters, the gradients must equal those of
-// a launch on zeroed scratch (values compared, so that -0 and +0 count as equal). A prologue that no longer reset
-// the counters would make this test hang on its turns rather than fail; sums left stale fail it.
+// The fused Hopper backward (head dim 64, from 1,024 positions) sums dQ over key blocks in fp32 scratch, with a turn
+// counter per query tile, both allocated by the op with torch::empty: the kernels themselves must leave no stale value
+// in the result (the prologue zeroes both; a kernel that wrote the first turn's sum instead of adding it, as was tried,
+// must cover every tile). Launched directly on scratch filled with NaN and garbage counters, the gradients must equal
+// those of a launch on zeroed scratch (values compared, so that -0 and +0 count as equal). A prologue that no longer
+// reset the counters would make this test hang on its turns rather than fail; sums left stale fail it.
 TEST(FlashAttentionGpu, HopperFusedBackwardNeedsNoZeroedScratch) {
 #if !defined(TT_BACKEND_CUDA)
   GTEST_SKIP() << "launches the Hopper kernels (CUDA builds only) directly";
@@ -442,10 +443,10 @@ TEST(FlashAttentionGpu, HopperFusedBackwardNeedsNoZeroedScratch) {
   TT_REQUIRE_GPU();
   if (!tt::ops::flash_attention_kernel_applies(tt::ops::FlashAttentionKernel::kHopper, torch::kBFloat16, 64))
     GTEST_SKIP() << "the Hopper flash attention kernel needs an sm_90 GPU and an sm_90a build";
-  ASSERT_TRUE(tt::kernels::hopper_backward_fused(64));
   torch::manual_seed(17);
   constexpr int64_t kBatch = 2, kHeads = 4, kKvHeads = 2, kHeadDim = 64;
-  for (const int64_t seq : {129, 300, 1060}) {
+  for (const int64_t seq : {1024, 1060, 2100}) {
+    ASSERT_TRUE(tt::kernels::hopper_backward_fused(kHeadDim, seq));
     const std::string label = "seq " + std::to_string(seq);
     const auto in = random_inputs({kBatch, kHeads, kKvHeads, seq, kHeadDim}, torch::kBFloat16);
     const auto grad_out = torch::randn({kBatch, kHeads, seq, kHeadDim}, gpu()).to(torch::kBFloat16);

@@ -252,7 +252,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> backward_gpu(const torch
   // The fused Hopper backward sums dQ over key blocks in fp32, in whole 64-query tiles, taking turns per tile (its
   // kernels zero the sums and the turns).
   torch::Tensor grad_q_accum, grad_q_turns;
-  if (kernel == kernels::FlashKernel::kHopper && kernels::hopper_backward_fused(q.size(3))) {
+  if (kernel == kernels::FlashKernel::kHopper && kernels::hopper_backward_fused(q.size(3), q.size(2))) {
     const int64_t tiles = kernels::hopper_grad_q_tiles(q.size(2));
     grad_q_accum = torch::empty({q.size(0), q.size(1), tiles * kernels::kHopperGradQTileRows, q.size(3)},
                                 q.options().dtype(torch::kFloat32));
