@@ -949,11 +949,12 @@ LaunchStatus launch_backward(Kernel* kernel, int64_t items, int threads, int byt
 // kHopperFusedBackwardFromSeq positions; elsewhere FlashAttention-2's two kernels, dQ first (its kernel also writes
 // delta, which the dK/dV kernel reads). Each is where it measured faster on an H100 (bf16 and fp16, kernel_bench
 // forward + backward, the two alternated in one call, docs/attention.md): at head dim 64 the two kernels at 256 and
-// 512 positions (80 against 85, 101 against 107 us: the fused kernel's prologue and epilogue are latency-bound and
-// weigh most where there are few tiles), the fused one from 1,024 (281 against 285 us; 2,048: 430-436 against
-// 450-455) and level at 4,096. At head dim 128 the fused block's shared memory (two fp32 share slots of 64 x 128 per
-// consumer) exceeds the 227 KB a block may have; a form that fits (dQ split by columns between the consumers, no
-// sum) measured 8-25% slower than the two kernels (2026-11-28).
+// 512 positions (80 against 85, 101 against 107 us: the fused kernel's prologue and epilogue weigh most where there
+// are few tiles), the fused one from 1,024 (281 against 285 us; 2,048: 430-437 against 450-455) and level at 4,096.
+// At head dim 128 the fused block's shared memory (two fp32 share slots of 64 x 128 per consumer) exceeds the 227 KB
+// a block may have. Forms that split dQ's columns between the consumers fit, and measured slower than the two
+// kernels: with the consumers adding them themselves 6-10% (d128-s1024 395.2 vs 358.6 us, d128-s4096 1,721.8 vs
+// 1,618.4), with the writer warps adding them 8-26% (2026-11-28: register spills, and a barrier per tile).
 template <typename T, int kD>
 LaunchStatus hopper_backward_for(const FlashBackwardParams& p, gpuStream_t stream) {
   constexpr bool kBf16 = std::is_same_v<T, bf16>;
