@@ -10,8 +10,9 @@
 //    vendor-neutral (WMMA, MFMA or FMA units); fp32 everywhere, and every dtype on AMD;
 //  * Hopper (flash_attention_hopper.cu): after FlashAttention-3, TMA loads by a producer warpgroup and wgmma
 //    products by two or three consumer warpgroups; a persistent forward, and a deterministic backward on wgmma
-//    (one fused kernel at head_dim 64, dQ summed over key blocks in a fixed order; the register generation's two
-//    kernels at 128); bf16/fp16, head_dim 64 and 128, no RoPE, NVIDIA sm_90a builds on sm_90 GPUs.
+//    (one fused kernel at head_dim 64 from 1,024 positions, dQ summed over key blocks in a fixed order; the
+//    register generation's two kernels elsewhere); bf16/fp16, head_dim 64 and 128, no RoPE, NVIDIA sm_90a builds
+//    on sm_90 GPUs.
 #pragma once
 
 #include <cstdint>
