@@ -427,7 +427,8 @@ struct HopperBackwardShape {
   // consumers take the rest of the block's allocation (40 + 2 x 232 = 56 + 2 x 224 = 504 = 3 x 168 per thread).
   // Which split is a measurement, not a need (nothing spills at either): the fused kernel ran faster with 56 and 224
   // (H200, forward + backward at 1,024 to 4,096 positions 0.3-2% faster; ncu at long-context 2.3% fewer cycles for
-  // the same instructions, scheduled differently), the dK/dV kernel slower (head dim 128: 2%), so each keeps its own.
+  // the same instructions, scheduled differently), the dK/dV kernel slower (head dim 128: 0.6-2.3%), so each keeps
+  // its own.
   static constexpr int kProducerRegisters = kGradQ ? 56 : kStats ? 40 : 24;
   static constexpr int kConsumerRegisters = kGradQ ? 224 : kStats ? 232 : 240;
   static_assert((kProducerRegisters + kConsumers * kConsumerRegisters) * hopper::kWarpgroupThreads <=
