@@ -426,9 +426,9 @@ struct HopperBackwardShape {
   // The statistics warp's loop needs more than the bare TMA thread's 24 registers (it spilled there); the
   // consumers take the rest of the block's allocation (40 + 2 x 232 = 56 + 2 x 224 = 504 = 3 x 168 per thread).
   // Which split is a measurement, not a need (nothing spills at either): the fused kernel ran faster with 56 and 224
-  // (H200, forward + backward at 1,024 to 4,096 positions 0.3-2% faster; ncu at long-context 2.3% fewer cycles for
-  // the same instructions, scheduled differently), the dK/dV kernel slower (head dim 128: 0.6-2.3%), so each keeps
-  // its own.
+  // (H200, forward + backward at 1,024 to 4,096 positions 0.3-2% faster; ncu at long-context 2.3% fewer cycles, with
+  // as many instructions in the SASS, scheduled differently), the dK/dV kernel slower (head dim 128: 0.6-2.3%), and
+  // the dQ kernel the same within the repeats at 40 / 232 and 56 / 224, so each keeps its own.
   static constexpr int kProducerRegisters = kGradQ ? 56 : kStats ? 40 : 24;
   static constexpr int kConsumerRegisters = kGradQ ? 224 : kStats ? 232 : 240;
   static_assert((kProducerRegisters + kConsumers * kConsumerRegisters) * hopper::kWarpgroupThreads <=
