@@ -427,8 +427,9 @@ struct HopperBackwardShape {
   // consumers take the rest of the block's allocation (40 + 2 x 232 = 56 + 2 x 224 = 504 = 3 x 168 per thread).
   // Which split is a measurement, not a need (nothing spills at either): the fused kernel ran faster with 56 and 224
   // (H200, forward + backward at 1,024 to 4,096 positions 0.3-2% faster; ncu at long-context 2.3% fewer cycles, with
-  // as many instructions in the SASS, scheduled differently), the dK/dV kernel slower (head dim 128: 0.6-2.3%), and
-  // the dQ kernel the same within the repeats at 40 / 232 and 56 / 224, so each keeps its own.
+  // as many instructions in the SASS, scheduled differently), the dK/dV kernel slower (head dim 128: 0.6-2.3%). The
+  // dQ kernel at 40 / 232 measured the same, and at 56 / 224 0.6-0.9% faster at d128-s4096 only (two pairs, bf16:
+  // not resolved); it keeps 24 / 240.
   static constexpr int kProducerRegisters = kGradQ ? 56 : kStats ? 40 : 24;
   static constexpr int kConsumerRegisters = kGradQ ? 224 : kStats ? 232 : 240;
   static_assert((kProducerRegisters + kConsumers * kConsumerRegisters) * hopper::kWarpgroupThreads <=
