@@ -11,8 +11,8 @@
 //  * Hopper (flash_attention_hopper.cu): after FlashAttention-3, TMA loads by a producer warpgroup and wgmma
 //    products by two or three consumer warpgroups; a persistent forward, and a deterministic backward on wgmma
 //    (one fused kernel at head_dim 64 from 1,024 positions, dQ summed over key blocks in a fixed order; the
-//    register generation's two kernels elsewhere); bf16/fp16, head_dim 64 and 128, no RoPE, NVIDIA sm_90a builds
-//    on sm_90 GPUs.
+//    register generation's two kernels elsewhere, in one grid below 4,096 positions); bf16/fp16, head_dim 64 and
+//    128, no RoPE, NVIDIA sm_90a builds on sm_90 GPUs.
 #pragma once
 
 #include <cstdint>
@@ -136,6 +136,16 @@ constexpr bool hopper_backward_fusable(int64_t head_dim) { return head_dim == 64
 constexpr int64_t kHopperFusedBackwardFromSeq = 1024;
 constexpr bool hopper_backward_fused(int64_t head_dim, int64_t seq) {
   return hopper_backward_fusable(head_dim) && seq >= kHopperFusedBackwardFromSeq;
+}
+// Elsewhere FlashAttention-2's scheme: a dQ kernel and a dK/dV kernel. Below kHopperTwoBackwardKernelsFromSeq
+// positions their blocks run in one grid, after a prologue that writes delta (hopper_backward_one_grid): where the
+// key blocks are about one wave of SMs, the dK/dV kernel on its own waits for its longest block (the first key block
+// sees every query) with the SMs of the short ones idle, and the dQ items fill them. At 4,096 positions (head dim
+// 128) the dK/dV blocks already balance over two waves, and the prologue's extra pass over O and dO made the one
+// grid 1-3% slower than the two kernels (H200, docs/attention.md).
+constexpr int64_t kHopperTwoBackwardKernelsFromSeq = 4096;
+constexpr bool hopper_backward_one_grid(int64_t head_dim, int64_t seq) {
+  return !hopper_backward_fused(head_dim, seq) && seq < kHopperTwoBackwardKernelsFromSeq;
 }
 // The fused kernel's query tiles, each with one turn counter.
 constexpr int64_t kHopperGradQTileRows = 64;

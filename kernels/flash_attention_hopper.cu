@@ -381,11 +381,12 @@ LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream)
 //    to shared memory, each consumer multiplies its 64 keys' dS by their K, and a writer warp (one per share slot)
 //    adds the two shares to the query tile's fp32 dQ sum in the block's turn (the kernel's comment). A prologue
 //    writes delta = rowsum(dO * O) and zeroes the sums first; an epilogue writes dQ from them.
-//  * elsewhere (head_dim 128, and 64 below 1,024 positions), dQ has a kernel of its own, run first (it writes
-//    delta): resident Q and dO of 128 queries, streamed K and V tiles of 64 keys up to the diagonal. S = Q K^T and
-//    dP = dO V^T again (seven products per tile pair in all), dS = P * (dP - delta) in registers, dQ += dS K with
-//    dS from registers and K MN-major. FlashAttention-2's scheme, which measured faster there than the fused
-//    kernel (hopper_backward_for).
+//  * elsewhere (head_dim 128, and 64 below 1,024 positions), dQ has blocks of its own: resident Q and dO of 128
+//    queries, streamed K and V tiles of 64 keys up to the diagonal. S = Q K^T and dP = dO V^T again (seven products
+//    per tile pair in all), dS = P * (dP - delta) in registers, dQ += dS K with dS from registers and K MN-major.
+//    FlashAttention-2's scheme, which measured faster there than the fused kernel (hopper_backward_for). Below 4,096
+//    positions the dQ and dK/dV blocks are one grid after a prologue that writes delta, so that the dQ blocks fill
+//    the SMs the short dK/dV blocks leave; from 4,096 the dQ kernel runs first, writing delta, then dK/dV.
 // Every tile, resident or streamed, is copied in boxes of 64 rows (one set of tensor maps serves every kernel).
 // Each warpgroup runs its products and softmax steps in order; the forward's pipeline within a warpgroup (the next
 // tile's first products issued before this tile's last) was tried in the two kernels and measured no faster: the
@@ -633,13 +634,13 @@ __device__ __forceinline__ void write_grad_q_sums(const BackwardBlock<Shape>& bl
 }
 #endif
 
-// dQ. The item of block b: a query block of 128 rows of one head and batch entry, the longest first.
-template <typename T, int kD>
-__global__ void __launch_bounds__(HopperBackwardQShape<kD>::kThreads, 1)
-    flash_backward_q_hopper_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
-                                   const __grid_constant__ CUtensorMap v_map,
-                                   const __grid_constant__ CUtensorMap grad_out_map, const FlashBackwardParams p) {
 #if defined(TT_HOPPER_DEVICE)
+// dQ of work item `work`: a query block of 128 rows of one head and batch entry, the longest first. kDeltaWritten:
+// delta is read from p.delta (the prologue wrote it); otherwise this block computes its rows' delta and writes it.
+template <typename T, int kD, bool kDeltaWritten>
+__device__ __forceinline__ void backward_q_block(int work, const CUtensorMap* q_map, const CUtensorMap* k_map,
+                                                 const CUtensorMap* v_map, const CUtensorMap* grad_out_map,
+                                                 const FlashBackwardParams& p) {
   using namespace hopper;
   using Shape = HopperBackwardQShape<kD>;
   using Block = BackwardBlock<Shape>;
@@ -648,8 +649,8 @@ __global__ void __launch_bounds__(HopperBackwardQShape<kD>::kThreads, 1)
   extern __shared__ unsigned char smem_unaligned[];
   const Block block = Block::start(smem_unaligned);
   const int seq = static_cast<int>(p.seq);
-  const WorkItem item = work_item(static_cast<int>(blockIdx.x), (seq + kBlockM - 1) / kBlockM, kBlockM,
-                                  static_cast<int>(p.q_heads), static_cast<int>(p.kv_heads), static_cast<int>(p.batch));
+  const WorkItem item = work_item(work, (seq + kBlockM - 1) / kBlockM, kBlockM, static_cast<int>(p.q_heads),
+                                  static_cast<int>(p.kv_heads), static_cast<int>(p.batch));
   const int q0 = item.q0;
   const int tiles = (min(seq, q0 + kBlockM) + kBlockN - 1) / kBlockN;  // key tiles up to the diagonal
 
@@ -657,14 +658,16 @@ __global__ void __launch_bounds__(HopperBackwardQShape<kD>::kThreads, 1)
     registers_decrease<Shape::kProducerRegisters>();
     if (threadIdx.x != 0) return;
     barrier_arrive_expect_bytes(block.resident_full(), 2 * Shape::kResidentBytes);
-    tma_load_rows<kBlockM, kD>(block.resident_a(), &q_map, block.resident_full(), q0, item.head, item.batch);
-    tma_load_rows<kBlockM, kD>(block.resident_b(), &grad_out_map, block.resident_full(), q0, item.head, item.batch);
+    tma_load_rows<kBlockM, kD>(block.resident_a(), q_map, block.resident_full(), q0, item.head, item.batch);
+    tma_load_rows<kBlockM, kD>(block.resident_b(), grad_out_map, block.resident_full(), q0, item.head, item.batch);
     for (int tile = 0; tile < tiles; ++tile) {
       const int slot = Block::slot_of(tile);
       barrier_wait(block.empty(slot), Block::round_parity(tile) ^ 1);
       barrier_arrive_expect_bytes(block.full(slot), 2 * Shape::kTileBytes);
-      tma_load_rows<kBlockN, kD>(block.stream_a(slot), &k_map, block.full(slot), tile * kBlockN, item.kv_head, item.batch);
-      tma_load_rows<kBlockN, kD>(block.stream_b(slot), &v_map, block.full(slot), tile * kBlockN, item.kv_head, item.batch);
+      tma_load_rows<kBlockN, kD>(block.stream_a(slot), k_map, block.full(slot), tile * kBlockN, item.kv_head,
+                                 item.batch);
+      tma_load_rows<kBlockN, kD>(block.stream_b(slot), v_map, block.full(slot), tile * kBlockN, item.kv_head,
+                                 item.batch);
     }
     return;
   }
@@ -677,8 +680,9 @@ __global__ void __launch_bounds__(HopperBackwardQShape<kD>::kThreads, 1)
   const unsigned char* my_grad_out = block.resident_b() + kWarpgroupRows * consumer * kSwizzleRowBytes;
   const float scale = softmax_scale<kD>();
   const float scale_log2 = scale * kLog2e;
-  // delta (from global O and dO) while the copies are in flight; written out for the dK/dV kernel.
-  const RowStatistics rows = row_statistics<T, kD>(p, item.batch, item.head, warp_q0);
+  // lse and delta while the copies are in flight (delta from global O and dO, written out for the dK/dV kernel,
+  // unless the prologue wrote it).
+  const RowStatistics rows = row_statistics<T, kD, kDeltaWritten>(p, item.batch, item.head, warp_q0);
 
   float grad_q[kD / 8][4];
   zero(grad_q);
@@ -712,6 +716,17 @@ __global__ void __launch_bounds__(HopperBackwardQShape<kD>::kThreads, 1)
   __syncwarp();
   store_rows<kWarpRows, kD, kMmaLanes>(head_ptr<T>(p.grad_q, p.grad_q_strides, item.batch, item.head),
                                        p.grad_q_strides.seq, warp_q0, seq, staging + row0 * kPitch<kD>, lane());
+}
+#endif  // TT_HOPPER_DEVICE
+
+// The dQ kernel of the two-kernel scheme: a block per work item; it writes delta for the dK/dV kernel after it.
+template <typename T, int kD>
+__global__ void __launch_bounds__(HopperBackwardQShape<kD>::kThreads, 1)
+    flash_backward_q_hopper_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                                   const __grid_constant__ CUtensorMap v_map,
+                                   const __grid_constant__ CUtensorMap grad_out_map, const FlashBackwardParams p) {
+#if defined(TT_HOPPER_DEVICE)
+  backward_q_block<T, kD, false>(static_cast<int>(blockIdx.x), &q_map, &k_map, &v_map, &grad_out_map, p);
 #else
   (void)q_map, (void)k_map, (void)v_map, (void)grad_out_map, (void)p;
 #if defined(__CUDA_ARCH__)
@@ -720,7 +735,7 @@ __global__ void __launch_bounds__(HopperBackwardQShape<kD>::kThreads, 1)
 #endif  // TT_HOPPER_DEVICE
 }
 
-// dK and dV, and with kGradQ dQ too (FlashAttention-3's five products per tile pair). The item of block b: a key
+// dK and dV, and with kGradQ dQ too (FlashAttention-3's five products per tile pair). Work item `work`: a key
 // block of 128 rows of one key/value head and batch entry, the earliest (the longest: it sees every later query)
 // first, so that short ones fill the tail. Its stream: the query tiles from the last down to the key block's
 // first key, each for every query head of the group, in that fixed order.
@@ -734,13 +749,11 @@ __global__ void __launch_bounds__(HopperBackwardQShape<kD>::kThreads, 1)
 // not yet launched. That assumes what CUDA does but does not promise: blocks are dispatched in blockIdx order
 // (FlashAttention-3's deterministic mode and CUTLASS's semaphores assume it too); and the prologue runs before the
 // kernel on the same stream, with no programmatic dependent launch.
-template <typename T, int kD, bool kGradQ>
-__global__ void __launch_bounds__(HopperBackwardShape<kD, 128, kBackwardBoxRows, true, kGradQ>::kThreads, 1)
-    flash_backward_kv_hopper_kernel(const __grid_constant__ CUtensorMap q_map,
-                                    const __grid_constant__ CUtensorMap k_map,
-                                    const __grid_constant__ CUtensorMap v_map,
-                                    const __grid_constant__ CUtensorMap grad_out_map, const FlashBackwardParams p) {
 #if defined(TT_HOPPER_DEVICE)
+template <typename T, int kD, bool kGradQ>
+__device__ __forceinline__ void backward_kv_block(int work, const CUtensorMap* q_map, const CUtensorMap* k_map,
+                                                  const CUtensorMap* v_map, const CUtensorMap* grad_out_map,
+                                                  const FlashBackwardParams& p) {
   using namespace hopper;
   using Shape = HopperBackwardShape<kD, 128, kBackwardBoxRows, true, kGradQ>;
   using Block = BackwardBlock<Shape>;
@@ -750,7 +763,6 @@ __global__ void __launch_bounds__(HopperBackwardShape<kD, 128, kBackwardBoxRows,
   const Block block = Block::start(smem_unaligned);
   const int seq = static_cast<int>(p.seq);
   const int kv_heads = static_cast<int>(p.kv_heads), batches = static_cast<int>(p.batch);
-  const int work = static_cast<int>(blockIdx.x);
   const int k0 = work / (kv_heads * batches) * kBlockN;
   const int kv_head = work % (kv_heads * batches) % kv_heads;
   const int batch = work % (kv_heads * batches) / kv_heads;
@@ -766,14 +778,14 @@ __global__ void __launch_bounds__(HopperBackwardShape<kD, 128, kBackwardBoxRows,
     registers_decrease<Shape::kProducerRegisters>();
     if (threadIdx.x == 0) {  // K and V once, then each step's Q and dO
       barrier_arrive_expect_bytes(block.resident_full(), 2 * Shape::kResidentBytes);
-      tma_load_rows<kBlockN, kD>(block.resident_a(), &k_map, block.resident_full(), k0, kv_head, batch);
-      tma_load_rows<kBlockN, kD>(block.resident_b(), &v_map, block.resident_full(), k0, kv_head, batch);
+      tma_load_rows<kBlockN, kD>(block.resident_a(), k_map, block.resident_full(), k0, kv_head, batch);
+      tma_load_rows<kBlockN, kD>(block.resident_b(), v_map, block.resident_full(), k0, kv_head, batch);
       for (int i = 0; i < steps; ++i) {
         const int slot = Block::slot_of(i);
         barrier_wait(block.empty(slot), Block::round_parity(i) ^ 1);
         barrier_arrive_expect_bytes(block.full(slot), 2 * Shape::kTileBytes);
-        tma_load_rows<kBlockM, kD>(block.stream_a(slot), &q_map, block.full(slot), q0_of(i), head_of(i), batch);
-        tma_load_rows<kBlockM, kD>(block.stream_b(slot), &grad_out_map, block.full(slot), q0_of(i), head_of(i), batch);
+        tma_load_rows<kBlockM, kD>(block.stream_a(slot), q_map, block.full(slot), q0_of(i), head_of(i), batch);
+        tma_load_rows<kBlockM, kD>(block.stream_b(slot), grad_out_map, block.full(slot), q0_of(i), head_of(i), batch);
       }
     } else if (warp_in_warpgroup() == 1) {  // the statistics warp: each step's lse and delta, 0 past the end
       for (int i = 0; i < steps; ++i) {
@@ -877,6 +889,18 @@ __global__ void __launch_bounds__(HopperBackwardShape<kD, 128, kBackwardBoxRows,
   __syncwarp();
   store_rows<kWarpRows, kD, kMmaLanes>(head_ptr<T>(p.grad_v, p.grad_v_strides, batch, kv_head), p.grad_v_strides.seq,
                                        warp_k0, seq, my_staging, lane());
+}
+#endif  // TT_HOPPER_DEVICE
+
+// dK and dV (with kGradQ: and dQ's sums), a block per work item.
+template <typename T, int kD, bool kGradQ>
+__global__ void __launch_bounds__(HopperBackwardShape<kD, 128, kBackwardBoxRows, true, kGradQ>::kThreads, 1)
+    flash_backward_kv_hopper_kernel(const __grid_constant__ CUtensorMap q_map,
+                                    const __grid_constant__ CUtensorMap k_map,
+                                    const __grid_constant__ CUtensorMap v_map,
+                                    const __grid_constant__ CUtensorMap grad_out_map, const FlashBackwardParams p) {
+#if defined(TT_HOPPER_DEVICE)
+  backward_kv_block<T, kD, kGradQ>(static_cast<int>(blockIdx.x), &q_map, &k_map, &v_map, &grad_out_map, p);
 #else
   (void)q_map, (void)k_map, (void)v_map, (void)grad_out_map, (void)p;
 #if defined(__CUDA_ARCH__)
@@ -885,13 +909,40 @@ __global__ void __launch_bounds__(HopperBackwardShape<kD, 128, kBackwardBoxRows,
 #endif  // TT_HOPPER_DEVICE
 }
 
-// The fused backward's first kernel, a block per 64-query tile of one head and batch entry (the turn counters' and
-// the dQ sums' order): delta = rowsum(dO * O) of every query (a warp per 16 rows, written to p.delta), the tile's
-// fp32 dQ sum and its turn counter zeroed.
+// dQ and dK/dV in one grid (`kv_items` blocks of dK/dV items, then the dQ items, each list longest first), after the
+// prologue has written delta. Where the key blocks are about as many as the SMs, the dK/dV kernel of the two-kernel
+// scheme runs as one wave whose longest block (key block 0, which sees every query) sets its time while the SMs of
+// the short ones idle, after a dQ kernel that could have filled them. In one grid the dQ items fill those SMs (ncu,
+// H200, d128-s1024: the dK/dV kernel alone kept its SMs active 57% of its longest SM's cycles).
 template <typename T, int kD>
+__global__ void __launch_bounds__(HopperBackwardKvShape<kD>::kThreads, 1)
+    flash_backward_one_grid_hopper_kernel(const __grid_constant__ CUtensorMap q_map,
+                                          const __grid_constant__ CUtensorMap k_map,
+                                          const __grid_constant__ CUtensorMap v_map,
+                                          const __grid_constant__ CUtensorMap grad_out_map, const FlashBackwardParams p,
+                                          int kv_items) {
+  static_assert(HopperBackwardKvShape<kD>::kThreads == HopperBackwardQShape<kD>::kThreads, "one block size");
+#if defined(TT_HOPPER_DEVICE)
+  const int work = static_cast<int>(blockIdx.x);
+  if (work < kv_items)
+    backward_kv_block<T, kD, false>(work, &q_map, &k_map, &v_map, &grad_out_map, p);
+  else
+    backward_q_block<T, kD, true>(work - kv_items, &q_map, &k_map, &v_map, &grad_out_map, p);
+#else
+  (void)q_map, (void)k_map, (void)v_map, (void)grad_out_map, (void)p, (void)kv_items;
+#if defined(__CUDA_ARCH__)
+  __trap();
+#endif
+#endif  // TT_HOPPER_DEVICE
+}
+
+// The first kernel of the fused backward and of the one-grid launch, a block per 64-query tile of one head and batch
+// entry (the turn counters' and the dQ sums' order): delta = rowsum(dO * O) of every query (a warp per 16 rows,
+// written to p.delta); with kGradQSums (the fused kernel's) the tile's fp32 dQ sum and its turn counter zeroed.
+template <typename T, int kD, bool kGradQSums>
 __global__ void __launch_bounds__(hopper::kWarpgroupThreads)
     flash_backward_prologue_hopper_kernel(const FlashBackwardParams p) {
-  constexpr int kRows = HopperBackwardFusedShape<kD>::kStreamedRows;
+  constexpr int kRows = HopperBackwardKvShape<kD>::kStreamedRows;  // as the fused kernel's query tiles
   static_assert(kRows == hopper::kWarpgroupWarps * hopper::kWarpRows, "a warp per 16 rows of the tile");
   static_assert(kRows == kHopperGradQTileRows, "ops sizes the turns by kHopperGradQTileRows");
   const int tiles = static_cast<int>((p.seq + kRows - 1) / kRows);
@@ -900,10 +951,12 @@ __global__ void __launch_bounds__(hopper::kWarpgroupThreads)
   const int batch = static_cast<int>(blockIdx.x) / tiles / static_cast<int>(p.q_heads);
   const int warp_q0 = tile * kRows + hopper::kWarpRows * (static_cast<int>(threadIdx.x) / kMmaLanes);
   warp_rows_delta<T, kD>(p, batch, head, warp_q0, (static_cast<int64_t>(batch) * p.q_heads + head) * p.seq);
-  float4* sum = reinterpret_cast<float4*>(p.grad_q_accum) + static_cast<int64_t>(blockIdx.x) * kRows * kD / 4;
-  for (int v = static_cast<int>(threadIdx.x); v < kRows * kD / 4; v += hopper::kWarpgroupThreads)
-    sum[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  if (threadIdx.x == 0) p.grad_q_turns[blockIdx.x] = 0;
+  if constexpr (kGradQSums) {
+    float4* sum = reinterpret_cast<float4*>(p.grad_q_accum) + static_cast<int64_t>(blockIdx.x) * kRows * kD / 4;
+    for (int v = static_cast<int>(threadIdx.x); v < kRows * kD / 4; v += hopper::kWarpgroupThreads)
+      sum[v] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (threadIdx.x == 0) p.grad_q_turns[blockIdx.x] = 0;
+  }
 }
 
 // The fused backward's last kernel, a block per 64-query tile as the prologue: dQ = the tile's fp32 sum times the
@@ -950,14 +1003,26 @@ LaunchStatus launch_backward(Kernel* kernel, int64_t items, int threads, int byt
   return last_launch_status();
 }
 
+// The prologue over every 64-query tile: delta, and with kGradQSums the fused kernel's zeroed sums and turns.
+template <typename T, int kD, bool kGradQSums>
+LaunchStatus launch_backward_prologue(const FlashBackwardParams& p, gpuStream_t stream) {
+  const int64_t query_tiles =
+      static_cast<int64_t>(blocks_for(p.seq, HopperBackwardKvShape<kD>::kStreamedRows)) * p.q_heads * p.batch;
+  if (query_tiles > std::numeric_limits<int>::max()) return {kTooManyItems};
+  flash_backward_prologue_hopper_kernel<T, kD, kGradQSums>
+      <<<static_cast<unsigned>(query_tiles), hopper::kWarpgroupThreads, 0, stream>>>(p);
+  return last_launch_status();
+}
+
 // The fused kernel between its prologue (delta, the zeroed sums and turns) and epilogue (dQ) at head dim 64 from
-// kHopperFusedBackwardFromSeq positions; elsewhere FlashAttention-2's two kernels, dQ first (its kernel also writes
-// delta, which the dK/dV kernel reads). Each is where it measured faster on an H100 (bf16 and fp16, kernel_bench
-// forward + backward, the two alternated in one call, docs/attention.md): at head dim 64 the two kernels at 256 and
-// 512 positions (80 against 85, 101 against 107 us: the fused kernel's prologue and epilogue weigh most where there
-// are few tiles), the fused one from 1,024 (281 against 285 us; 2,048: 430-437 against 450-455) and level at 4,096.
-// At head dim 128 the fused block's shared memory (two fp32 share slots of 64 x 128 per consumer) exceeds the 227 KB
-// a block may have. Forms that split dQ's columns between the consumers fit, and measured slower than the two
+// kHopperFusedBackwardFromSeq positions; elsewhere FlashAttention-2's two kernels: in one grid after the prologue
+// (delta only) below kHopperTwoBackwardKernelsFromSeq positions, and from there as two launches, dQ first (its kernel
+// also writes delta, which the dK/dV kernel reads). Each is where it measured faster on an H100 (bf16 and fp16,
+// kernel_bench forward + backward, the two alternated in one call, docs/attention.md): at head dim 64 the two kernels
+// at 256 and 512 positions (80 against 85, 101 against 107 us: the fused kernel's prologue and epilogue weigh most
+// where there are few tiles), the fused one from 1,024 (281 against 285 us; 2,048: 430-437 against 450-455) and level
+// at 4,096. At head dim 128 the fused block's shared memory (two fp32 share slots of 64 x 128 per consumer) exceeds the
+// 227 KB a block may have. Forms that split dQ's columns between the consumers fit, and measured slower than the two
 // kernels: with the consumers adding them themselves 6-10% (d128-s1024 395.2 vs 358.6 us, d128-s4096 1,721.8 vs
 // 1,618.4), with the writer warps adding them 8-26% (2026-11-28: register spills, and a barrier per tile).
 template <typename T, int kD>
@@ -981,9 +1046,7 @@ LaunchStatus hopper_backward_for(const FlashBackwardParams& p, gpuStream_t strea
         return {"the fused Hopper flash attention backward needs its dQ scratch (grad_q_accum, grad_q_turns)"};
       const int64_t query_tiles = static_cast<int64_t>(blocks_for(p.seq, Fused::kStreamedRows)) * p.q_heads * p.batch;
       if (query_tiles > std::numeric_limits<int>::max()) return {kTooManyItems};
-      flash_backward_prologue_hopper_kernel<T, kD>
-          <<<static_cast<unsigned>(query_tiles), hopper::kWarpgroupThreads, 0, stream>>>(p);
-      LaunchStatus status = last_launch_status();
+      LaunchStatus status = launch_backward_prologue<T, kD, true>(p, stream);
       if (!status.ok()) return status;
       status = launch_backward(flash_backward_kv_hopper_kernel<T, kD, true>, key_blocks, Fused::kThreads, Fused::kBytes,
                                maps, p, stream);
@@ -995,15 +1058,33 @@ LaunchStatus hopper_backward_for(const FlashBackwardParams& p, gpuStream_t strea
   }
   {
     using Kv = HopperBackwardKvShape<kD>;
-    const int64_t key_blocks = static_cast<int64_t>(blocks_for(p.seq, Kv::kResidentRows)) * p.kv_heads * p.batch;
     using Q = HopperBackwardQShape<kD>;
-    const LaunchStatus status =
-        launch_backward(flash_backward_q_hopper_kernel<T, kD>,
-                        static_cast<int64_t>(blocks_for(p.seq, Q::kResidentRows)) * p.q_heads * p.batch, Q::kThreads,
-                        Q::kBytes, maps, p, stream);
-    if (!status.ok()) return status;
-    return launch_backward(flash_backward_kv_hopper_kernel<T, kD, false>, key_blocks, Kv::kThreads, Kv::kBytes, maps, p,
-                           stream);
+    const int64_t key_blocks = static_cast<int64_t>(blocks_for(p.seq, Kv::kResidentRows)) * p.kv_heads * p.batch;
+    const int64_t query_blocks = static_cast<int64_t>(blocks_for(p.seq, Q::kResidentRows)) * p.q_heads * p.batch;
+    if (hopper_backward_one_grid(kD, p.seq)) {
+      if (key_blocks + query_blocks > std::numeric_limits<int>::max()) return {kTooManyItems};
+      LaunchStatus status = launch_backward_prologue<T, kD, false>(p, stream);
+      if (!status.ok()) return status;
+      auto* kernel = flash_backward_one_grid_hopper_kernel<T, kD>;
+      constexpr int kBytes = std::max(Kv::kBytes, Q::kBytes);
+      status = allow_dynamic_shared_memory(kernel, kBytes);
+      if (!status.ok()) return status;
+      kernel<<<static_cast<unsigned>(key_blocks + query_blocks), Kv::kThreads, kBytes, stream>>>(
+          maps[0], maps[1], maps[2], maps[3], p, static_cast<int>(key_blocks));
+      return last_launch_status();
+    }
+    // From kHopperTwoBackwardKernelsFromSeq, which only head dim 128 reaches unfused: the dQ kernel (it writes
+    // delta), then dK/dV.
+    static_assert(kHopperTwoBackwardKernelsFromSeq > kHopperFusedBackwardFromSeq, "head dim 64 never runs two kernels");
+    if constexpr (hopper_backward_fusable(kD)) {
+      return {"the Hopper flash attention backward has no scheme for this head_dim and length"};  // unreachable
+    } else {
+      const LaunchStatus status =
+          launch_backward(flash_backward_q_hopper_kernel<T, kD>, query_blocks, Q::kThreads, Q::kBytes, maps, p, stream);
+      if (!status.ok()) return status;
+      return launch_backward(flash_backward_kv_hopper_kernel<T, kD, false>, key_blocks, Kv::kThreads, Kv::kBytes, maps,
+                             p, stream);
+    }
   }
 }
 

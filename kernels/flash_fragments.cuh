@@ -450,23 +450,28 @@ __device__ __forceinline__ float warp_rows_delta(const FlashBackwardParams& p, i
 
 // The backward's per-row statistics of a warp's 16 query rows, for the two rows each lane holds (c_row(0) and
 // c_row(2)): the forward's log-sum-exp in log2 units and delta = rowsum(dO * O), which is computed here and
-// written to p.delta for the dK/dV kernel (rows past seq read as 0: their tiles are zeros and they are never
-// stored).
+// written to p.delta for the dK/dV kernel, or with kDeltaWritten read from p.delta, where an earlier kernel wrote
+// it (rows past seq read as 0: their tiles are zeros and they are never stored).
 struct RowStatistics {
   float lse_log2[2];
   float delta[2];
 };
-template <typename T, int kD>
+template <typename T, int kD, bool kDeltaWritten = false>
 __device__ __forceinline__ RowStatistics row_statistics(const FlashBackwardParams& p, int64_t batch, int64_t head,
                                                         int warp_q0) {
   const int64_t stats = (batch * p.q_heads + head) * p.seq;
-  const float delta = warp_rows_delta<T, kD>(p, batch, head, warp_q0, stats);
+  float delta = 0.0f;  // lane l's: row l / 2's
+  if constexpr (!kDeltaWritten) delta = warp_rows_delta<T, kD>(p, batch, head, warp_q0, stats);
   RowStatistics rows;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int query = warp_q0 + c_row(2 * half);
-    rows.lse_log2[half] = query < static_cast<int>(p.seq) ? p.lse[stats + query] * kLog2e : 0.0f;
-    rows.delta[half] = shfl_from(delta, 2 * c_row(2 * half));
+    const bool inside = query < static_cast<int>(p.seq);
+    rows.lse_log2[half] = inside ? p.lse[stats + query] * kLog2e : 0.0f;
+    if constexpr (kDeltaWritten)
+      rows.delta[half] = inside ? p.delta[stats + query] : 0.0f;
+    else
+      rows.delta[half] = shfl_from(delta, 2 * c_row(2 * half));
   }
   return rows;
 }

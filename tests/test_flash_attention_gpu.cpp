@@ -341,9 +341,16 @@ TEST(FlashAttentionGpu, HopperMatchesTheReference) {
     check_attention(random_inputs({2, 8, 4, 2048, 64}, dtype), dtype, "Hopper, long", hopper);
   }
 
-  for (const int64_t head_dim : {64, 128})
-    for (const int64_t seq : {1000, 1100})  // head dim 64: the two kernels, the fused one
-      expect_bitwise_repeatable(hopper, random_inputs({2, 8, 2, seq, head_dim}, torch::kBFloat16), "Hopper");
+  // Each backward scheme repeats bitwise: at 1,000 positions the dQ and dK/dV blocks in one grid (both head dims),
+  // at 1,100 head dim 64's fused kernel, at 4,100 head dim 128's two kernels.
+  for (const auto& [head_dim, seq] :
+       std::vector<std::pair<int64_t, int64_t>>{{64, 1000}, {128, 1000}, {64, 1100}, {128, 4100}}) {
+    ASSERT_EQ(seq == 1000, tt::kernels::hopper_backward_one_grid(head_dim, seq))
+        << "head_dim " << head_dim << ", seq " << seq;
+    ASSERT_EQ(seq == 1100, tt::kernels::hopper_backward_fused(head_dim, seq))
+        << "head_dim " << head_dim << ", seq " << seq;
+    expect_bitwise_repeatable(hopper, random_inputs({2, 8, 2, seq, head_dim}, torch::kBFloat16), "Hopper");
+  }
 
   // Incoming gradients with zero strides against the same values materialised: every stride 0 (from .sum(); the op
   // copies it for every generation) and broadcast over the batch (an expand(); copied for the tensor map only).
@@ -537,11 +544,20 @@ TEST(FlashAttentionGpu, EveryKernelOnceAtSanitizerSize) {
     // blocks x 36 heads x 2 at either head_dim; at seq 600, 4 x 36 x 2 at head_dim 64 with three consumers, 5 x 36 x 2
     // at 128) than any GPU we run has SMs, so blocks move on to further items (Q released and reloaded, the K/V
     // ring's phases carried across items), with each block layout.
+    // The backward takes the dQ and dK/dV blocks in one grid at 100 positions (both head dims) and at 1,060 (head
+    // dim 128); the fused kernel at 1,060 (head dim 64); head dim 128's two kernels from 4,096 positions: the last
+    // case, one batch entry and two heads so that it stays small.
     if (have_hopper && head_dim >= 64) {
       for (const auto dtype : {torch::kBFloat16, torch::kFloat16})
         for (const Config& c : {one_fragment, two_fragments}) run(c, head_dim, dtype, false, hopper, "Hopper");
       for (const int64_t seq : {300, 600})
         run(Config{2, 36, 4, seq, 0}, head_dim, torch::kBFloat16, false, hopper, "Hopper, more items than SMs");
+      if (head_dim == 128) {
+        const Config two_kernels{1, 2, 1, 4100, 0};
+        ASSERT_FALSE(tt::kernels::hopper_backward_one_grid(head_dim, two_kernels.seq) ||
+                     tt::kernels::hopper_backward_fused(head_dim, two_kernels.seq));
+        run(two_kernels, head_dim, torch::kBFloat16, false, hopper, "Hopper, two backward kernels");
+      }
     }
     // Shared-memory tiles: every dtype, no RoPE in the load, one row layout.
     for (const auto dtype : kDtypes) run(one_fragment, head_dim, dtype, false, tiled, "shared-memory tiles");

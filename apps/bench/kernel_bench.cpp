@@ -109,12 +109,13 @@ const std::vector<BenchShape>& shapes() {
       {"medium", 4, 512, 2048, 32, 16, 8192, 32000},
       // Other lengths, for attention: the long-context config; medium's heads (head_dim 64) at 256 (between the
       // workshop's 128 and medium's 512: v4's attention rule), 1024 and 2048 (between medium and long-context's 4096:
-      // the Hopper forward's consumer count changes with the length); head_dim 128 at 1024 and 4096.
+      // the Hopper forward's consumer count changes with the length); head_dim 128 at 1024, 2048 and 4096.
       {"long-context", 2, 4096, 512, 8, 4, 2048, 1000},
       {"d64-s256", 8, 256, 2048, 32, 16, 8192, 32000},
       {"d64-s1024", 4, 1024, 2048, 32, 16, 8192, 32000},
       {"d64-s2048", 2, 2048, 2048, 32, 16, 8192, 32000},
       {"d128-s1024", 4, 1024, 2048, 16, 4, 8192, 32000},
+      {"d128-s2048", 2, 2048, 2048, 16, 4, 8192, 32000},
       {"d128-s4096", 2, 4096, 2048, 16, 4, 8192, 32000},
   };
   return list;

@@ -28,7 +28,7 @@ struct BenchShape {
   int64_t head_dim() const { return hidden / heads; }
 };
 // workshop, medium (the default), and other lengths for attention: long-context, d64-s256, d64-s1024, d64-s2048,
-// d128-s1024, d128-s4096.
+// d128-s1024, d128-s2048, d128-s4096.
 const std::vector<BenchShape>& shapes();
 // The benchmarked families, in order, named after the ops: embedding, rms_norm, rope, attention, swiglu and
 // cross_entropy (one per catalog component), rope_qkv (RoPE's fused-QKV forms), attention_rope (RoPE and
