@@ -141,8 +141,9 @@ constexpr bool hopper_backward_fused(int64_t head_dim, int64_t seq) {
 // positions their blocks run in one grid, after a prologue that writes delta (hopper_backward_one_grid): where the
 // key blocks are about one wave of SMs, the dK/dV kernel on its own waits for its longest block (the first key block
 // sees every query) with the SMs of the short ones idle, and the dQ items fill them. At 4,096 positions (head dim
-// 128) the dK/dV blocks already balance over two waves, and the prologue's extra pass over O and dO made the one
-// grid 1-3% slower than the two kernels (H200, docs/attention.md).
+// 128) the dK/dV blocks already balance over two waves, and the one grid measured 0.7-3.2% slower than the two
+// kernels (H200, alternated three times; inferred, not profiled: the prologue's extra pass over O and dO;
+// docs/attention.md).
 constexpr int64_t kHopperTwoBackwardKernelsFromSeq = 4096;
 constexpr bool hopper_backward_one_grid(int64_t head_dim, int64_t seq) {
   return !hopper_backward_fused(head_dim, seq) && seq < kHopperTwoBackwardKernelsFromSeq;

@@ -1017,8 +1017,10 @@ LaunchStatus launch_backward_prologue(const FlashBackwardParams& p, gpuStream_t 
 // The fused kernel between its prologue (delta, the zeroed sums and turns) and epilogue (dQ) at head dim 64 from
 // kHopperFusedBackwardFromSeq positions; elsewhere FlashAttention-2's two kernels: in one grid after the prologue
 // (delta only) below kHopperTwoBackwardKernelsFromSeq positions, and from there as two launches, dQ first (its kernel
-// also writes delta, which the dK/dV kernel reads). Each is where it measured faster on an H100 (bf16 and fp16,
-// kernel_bench forward + backward, the two alternated in one call, docs/attention.md): at head dim 64 the two kernels
+// also writes delta, which the dK/dV kernel reads). The one grid against the two launches: H200, bf16 and fp16,
+// alternated three times (d128-s1024 206 against 254 us, d128-s2048 365 against 440, d128-s4096 0.7-3.2% slower).
+// The fused kernel against the two kernels measured on an H100 (bf16 and fp16, kernel_bench forward + backward, the
+// two alternated in one call, docs/attention.md): at head dim 64 the two kernels
 // at 256 and 512 positions (80 against 85, 101 against 107 us: the fused kernel's prologue and epilogue weigh most
 // where there are few tiles), the fused one from 1,024 (281 against 285 us; 2,048: 430-437 against 450-455) and level
 // at 4,096. At head dim 128 the fused block's shared memory (two fp32 share slots of 64 x 128 per consumer) exceeds the

@@ -499,8 +499,9 @@ TEST(FlashAttentionGpu, HopperFusedBackwardNeedsNoZeroedScratch) {
 // only): generation, dtype, head_dim, RoPE in the load (register tiles
 // only) and, for the register forward, the row layout (one 16-row fragment per warp below 1024 positions, two
 // from 1024). Every length ends inside a 16-row fragment and inside every block (100 and 1060 leave 4 rows past a
-// multiple of 16 and 32, 36 past one of 64 and 128), every case has grouped-query heads (4:1 and 2:1) and a
-// second batch entry; the fused-QKV views ([B, S, H, D] strides, as the model passes them) alternate with
+// multiple of 16 and 32, 36 past one of 64 and 128), every case has grouped-query heads (4:1 and 2:1) and, but for
+// head dim 128's two backward kernels at 4,100 positions (kept small: one batch entry, two heads), a second batch
+// entry; the fused-QKV views ([B, S, H, D] strides, as the model passes them) alternate with
 // contiguous [B, H, S, D] inputs. Last, the fused-QKV form v4 calls (flash_attention_rope_qkv, whose backward
 // writes dq, dk and dv into one gradient tensor) against the split views, at both lengths.
 // The references run on the CPU: under racecheck the vendor GEMMs of a GPU reference crash the tool (H100,
