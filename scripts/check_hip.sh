@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Compiles every kernel source (kernels/*.cu) on its own, as HIP for AMD (gfx90a = MI200, gfx940 = MI300
 # family) and, when nvcc is installed, as CUDA for sm_90a. Proves that each kernel builds for both vendors
-# without LibTorch and without a GPU; nothing is run. Exits non-zero if any compilation fails.
+# without LibTorch and without a GPU; nothing is run. Exits non-zero if any compilation fails, or if ptxas
+# serialises a kernel's wgmma products (its performance warning C7514: each product then waits for the one before;
+# it happened to a weight-gradient GEMM whose epilogue converted accumulator registers one value at a time, and
+# cost it a factor of about 1.8). The check reads what ptxas prints; it measures nothing.
 #
 # hipcc comes from the Debian packages hipcc and libamdhip64-dev (installed with apt-get when missing).
 # Environment overrides: HIPCC, NVCC, HIP_ARCHS (default "gfx90a gfx940"), CUDA_ARCH (default sm_90a).
@@ -67,10 +70,18 @@ for source in "${sources[@]}"; do
     failures=$((failures + 1))
   fi
   if [[ -n "${nvcc_bin}" ]]; then
+    log="${out_dir}/${name}.cuda.log"
     if "${nvcc_bin}" -std=c++17 -arch="${cuda_arch}" -Xcompiler=-Wall,-Wextra -c "${source}" \
-        -o "${out_dir}/${name}.cuda.o"; then
-      echo "ok    cuda (${cuda_arch}) ${name}.cu"
+        -o "${out_dir}/${name}.cuda.o" > "${log}" 2>&1; then
+      cat "${log}"
+      if grep -q "C7514" "${log}"; then
+        echo "FAIL  cuda (${cuda_arch}) ${name}.cu: ptxas serialised wgmma products (C7514, above)" >&2
+        failures=$((failures + 1))
+      else
+        echo "ok    cuda (${cuda_arch}) ${name}.cu"
+      fi
     else
+      cat "${log}" >&2
       echo "FAIL  cuda (${cuda_arch}) ${name}.cu" >&2
       failures=$((failures + 1))
     fi
