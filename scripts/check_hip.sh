@@ -4,7 +4,7 @@
 # without LibTorch and without a GPU; nothing is run. Exits non-zero if any compilation fails, or if ptxas
 # serialises a kernel's wgmma products (its performance warning C7514: each product then waits for the one before;
 # it happened to a weight-gradient GEMM whose epilogue converted accumulator registers one value at a time; built
-# that way it measured 1.75-1.94x slower than cuBLAS, how much of it from the serialisation not yet known). The
+# that way it measured 1.70-1.94x slower than cuBLAS, how much of it from the serialisation not yet known). The
 # check reads what ptxas prints; it measures nothing.
 #
 # hipcc comes from the Debian packages hipcc and libamdhip64-dev (installed with apt-get when missing).
