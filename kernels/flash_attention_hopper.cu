@@ -388,9 +388,10 @@ LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream)
 //    positions the dQ and dK/dV blocks are one grid after a prologue that writes delta, so that the dQ blocks fill
 //    the SMs the short dK/dV blocks leave; from 4,096 the dQ kernel runs first, writing delta, then dK/dV.
 // Every tile, resident or streamed, is copied in boxes of 64 rows (one set of tensor maps serves every kernel).
-// Each warpgroup runs its products and softmax steps in order; the forward's pipeline within a warpgroup (the next
-// tile's first products issued before this tile's last) was tried in the two kernels and measured no faster: the
-// two consumers already fill each other's gaps (docs/attention.md).
+// Each warpgroup runs its products and softmax steps in order. The forward's pipeline within a warpgroup (the next
+// tile's first products issued before this tile's last) was tried in the two kernels and measured no faster, and the
+// two consumers taking turns to issue their products (FA3's warp-scheduler barriers) measured slower
+// (docs/attention.md); why neither pays was not profiled.
 // =================================================================================================
 
 constexpr int kBackwardBoxRows = 64;
