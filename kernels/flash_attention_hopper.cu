@@ -994,13 +994,15 @@ __global__ void __launch_bounds__(hopper::kWarpgroupThreads)
                                                staging + row0 * kPitch<kD>, lane());
 }
 
-template <typename Kernel>
+// A backward kernel over `items` blocks, taking the four tensor maps, the parameters and then `extra` (the one grid's
+// count of dK/dV items).
+template <typename Kernel, typename... Extra>
 LaunchStatus launch_backward(Kernel* kernel, int64_t items, int threads, int bytes, const CUtensorMap (&maps)[4],
-                             const FlashBackwardParams& p, gpuStream_t stream) {
+                             const FlashBackwardParams& p, gpuStream_t stream, Extra... extra) {
   if (items > std::numeric_limits<int>::max()) return {kTooManyItems};
   const LaunchStatus status = allow_dynamic_shared_memory(kernel, bytes);
   if (!status.ok()) return status;
-  kernel<<<static_cast<unsigned>(items), threads, bytes, stream>>>(maps[0], maps[1], maps[2], maps[3], p);
+  kernel<<<static_cast<unsigned>(items), threads, bytes, stream>>>(maps[0], maps[1], maps[2], maps[3], p, extra...);
   return last_launch_status();
 }
 
@@ -1066,15 +1068,10 @@ LaunchStatus hopper_backward_for(const FlashBackwardParams& p, gpuStream_t strea
     const int64_t query_blocks = static_cast<int64_t>(blocks_for(p.seq, Q::kResidentRows)) * p.q_heads * p.batch;
     if (hopper_backward_one_grid(kD, p.seq)) {
       if (key_blocks + query_blocks > std::numeric_limits<int>::max()) return {kTooManyItems};
-      LaunchStatus status = launch_backward_prologue<T, kD, false>(p, stream);
+      const LaunchStatus status = launch_backward_prologue<T, kD, false>(p, stream);
       if (!status.ok()) return status;
-      auto* kernel = flash_backward_one_grid_hopper_kernel<T, kD>;
-      constexpr int kBytes = std::max(Kv::kBytes, Q::kBytes);
-      status = allow_dynamic_shared_memory(kernel, kBytes);
-      if (!status.ok()) return status;
-      kernel<<<static_cast<unsigned>(key_blocks + query_blocks), Kv::kThreads, kBytes, stream>>>(
-          maps[0], maps[1], maps[2], maps[3], p, static_cast<int>(key_blocks));
-      return last_launch_status();
+      return launch_backward(flash_backward_one_grid_hopper_kernel<T, kD>, key_blocks + query_blocks, Kv::kThreads,
+                             std::max(Kv::kBytes, Q::kBytes), maps, p, stream, static_cast<int>(key_blocks));
     }
     // From kHopperTwoBackwardKernelsFromSeq, which only head dim 128 reaches unfused: the dQ kernel (it writes
     // delta), then dK/dV.

@@ -120,19 +120,21 @@ constexpr int64_t kRopeInAttentionMaxSeq = 128;
 // Whether a stage's attention over `seq` positions (no KV cache) is our kernel with RoPE in its load.
 bool rope_in_our_attention(RopeKind rope, int64_t seq);
 
-// AttentionKind::kOurFlashWhereFaster's rule, read off kernel_bench (H100, bf16 and fp16, forward + backward, two
-// runs): after tt::ops::rope_qkv (attention_rope) our Hopper kernels beat SDPA (cuDNN) at head dim 64 and 512
-// positions (medium: 148.1-148.8 against 151.8-152.4 us) and lose at 1024 (d64-s1024: 399.4-399.8 against
-// 337.2-338.4 us); the attention alone beats it at 256 (d64-s256: 92.3-93.4 against 104.1-143.1 us); at head dim 128
-// and at 4096 positions cuDNN is faster (docs/attention.md). Lengths from 129 to 255 and 257 to 511 (where our
-// default is the Hopper generation too) were not measured. The two writer warps and the transposed mask as a struct
-// since made ours 1.02-1.03x cuDNN at d64-s1024 (kernel_bench attention, not re-measured after rope_qkv): too close
-// to move the bound.
-constexpr int64_t kOurAttentionMaxSeq = 512;
+// AttentionKind::kOurFlashWhereFaster's rule, read off kernel_bench attention_rope (tt::ops::rope_qkv, then ours
+// or SDPA (cuDNN); H200, 2026-11-28, bf16 and fp16, forward + backward, two runs): at head dim 64 our Hopper kernels
+// beat cuDNN at 512 positions (medium: 122.1-122.4 against 139.9-152.3 us), 1024 (d64-s1024: 302.9-303.1 against
+// 309.2-311.1 us) and 4096 (long-context: 410.7-413.7 against 418.5-421.2 us; v4's step 7.23 against 7.30 ms) and
+// lose at 2048 (d64-s2048: 457.1-458.5 against 452.0-455.2 us). So ours from 129 to kOurAttentionMaxSeq positions
+// and from kOurAttentionFromSeq on. Not measured: 129 to 255 (an H100 measured 256 ours: 92.3-93.4 against
+// 104.1-143.1 us), 257 to 511, 513 to 1023, 1025 to 2047, 2049 to 4095 and beyond 4096. Head dim 128 keeps SDPA:
+// after rope_qkv it was not measured (the attention alone is 1.11-1.14x cuDNN at d128-s1024, 0.96-0.98x at
+// d128-s2048), and no config runs it.
+constexpr int64_t kOurAttentionMaxSeq = 1024;
+constexpr int64_t kOurAttentionFromSeq = 4096;
 
 // Whether our flash attention takes the place of SDPA for these inputs under kOurFlashWhereFaster: head dim 64, at
-// most kOurAttentionMaxSeq positions, where our default runs the Hopper generation (ops::
-// flash_attention_default_is_hopper: bf16/fp16 on an sm_90 GPU with an sm_90a build, from 129 positions).
+// most kOurAttentionMaxSeq or at least kOurAttentionFromSeq positions, where our default runs the Hopper generation
+// (ops::flash_attention_default_is_hopper: bf16/fp16 on an sm_90 GPU with an sm_90a build, from 129 positions).
 bool our_attention_measured_faster(torch::ScalarType dtype, int64_t head_dim, int64_t seq, const torch::Device& device);
 
 // The shapes an attention call sees in a run, for describing which backend it picks.
