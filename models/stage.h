@@ -121,20 +121,21 @@ constexpr int64_t kRopeInAttentionMaxSeq = 128;
 bool rope_in_our_attention(RopeKind rope, int64_t seq);
 
 // AttentionKind::kOurFlashWhereFaster's rule, read off kernel_bench attention_rope (tt::ops::rope_qkv, then ours
-// or SDPA (cuDNN); H200, 2026-11-28, bf16 and fp16, forward + backward, two runs): at head dim 64 our Hopper kernels
-// beat cuDNN at 512 positions (medium: 122.1-122.4 against 139.9-152.3 us), 1024 (d64-s1024: 302.9-303.1 against
-// 309.2-311.1 us) and 4096 (long-context: 410.7-413.7 against 418.5-421.2 us; v4's step 7.23 against 7.30 ms) and
-// lose at 2048 (d64-s2048: 457.1-458.5 against 452.0-455.2 us). So ours from 129 to kOurAttentionMaxSeq positions
-// and from kOurAttentionFromSeq on. Not measured: 129 to 255 (an H100 measured 256 ours: 92.3-93.4 against
-// 104.1-143.1 us), 257 to 511, 513 to 1023, 1025 to 2047, 2049 to 4095 and beyond 4096. Head dim 128 keeps SDPA:
-// after rope_qkv it was not measured (the attention alone is 1.11-1.14x cuDNN at d128-s1024, 0.96-0.98x at
-// d128-s2048), and no config runs it.
+// or SDPA (cuDNN); H200, 2026-11-28, bf16 and fp16, forward + backward, two runs at head dim 64, one at 128). Head
+// dim 64: ours beats cuDNN at 512 positions (medium: 122.1-122.4 against 139.9-152.3 us), 1024 (d64-s1024:
+// 302.9-303.1 against 309.2-311.1 us) and 4096 (long-context: 410.7-413.7 against 418.5-421.2 us; v4's step 7.23
+// against 7.30 ms) and loses at 2048 (d64-s2048: 457.1-458.5 against 452.0-455.2 us). Head dim 128: ours beats it
+// at 1024 (d128-s1024: 238.0-238.2 against 264.1-265.0 us) and loses at 2048 (394.0-394.3 against 386.6-388.8 us).
+// So ours from 129 to kOurAttentionMaxSeq positions at both, and at head dim 64 from kOurAttentionFromSeq on. Not
+// measured: the lengths between those points, beyond 4096, and 129 to 255 (an H100 measured head dim 64 at 256
+// ours: 92.3-93.4 against 104.1-143.1 us).
 constexpr int64_t kOurAttentionMaxSeq = 1024;
 constexpr int64_t kOurAttentionFromSeq = 4096;
 
-// Whether our flash attention takes the place of SDPA for these inputs under kOurFlashWhereFaster: head dim 64, at
-// most kOurAttentionMaxSeq or at least kOurAttentionFromSeq positions, where our default runs the Hopper generation
-// (ops::flash_attention_default_is_hopper: bf16/fp16 on an sm_90 GPU with an sm_90a build, from 129 positions).
+// Whether our flash attention takes the place of SDPA for these inputs under kOurFlashWhereFaster: where our default
+// runs the Hopper generation (ops::flash_attention_default_is_hopper: bf16/fp16, head dim 64 or 128, an sm_90 GPU
+// with an sm_90a build, from 129 positions), up to kOurAttentionMaxSeq positions, and at head dim 64 from
+// kOurAttentionFromSeq.
 bool our_attention_measured_faster(torch::ScalarType dtype, int64_t head_dim, int64_t seq, const torch::Device& device);
 
 // The shapes an attention call sees in a run, for describing which backend it picks.
