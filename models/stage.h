@@ -127,8 +127,8 @@ bool rope_in_our_attention(RopeKind rope, int64_t seq);
 // against 7.30 ms) and loses at 2048 (d64-s2048: 457.1-458.5 against 452.0-455.2 us). Head dim 128: ours beats it
 // at 1024 (d128-s1024: 238.0-238.2 against 264.1-265.0 us) and loses at 2048 (394.0-394.3 against 386.6-388.8 us).
 // So ours from 129 to kOurAttentionMaxSeq positions at both, and at head dim 64 from kOurAttentionFromSeq on. Not
-// measured: the lengths between those points, beyond 4096, and 129 to 255 (an H100 measured head dim 64 at 256
-// ours: 92.3-93.4 against 104.1-143.1 us).
+// measured: the lengths between those points, beyond 4096, 129 to 1023 at head dim 128, and 129 to 255 at head dim
+// 64 (an H100 measured head dim 64 at 256 ours: 92.3-93.4 against 104.1-143.1 us).
 constexpr int64_t kOurAttentionMaxSeq = 1024;
 constexpr int64_t kOurAttentionFromSeq = 4096;
 
