@@ -418,7 +418,9 @@ __device__ __forceinline__ QueryBlock query_block(int64_t q_heads, int64_t kv_he
 // P = exp2(s * scale_log2 - lse_log2), the forward's probability from the saved log-sum-exp (lse_log2 = lse *
 // log2(e)), or 0 where the query does not attend to the key.
 __device__ __forceinline__ float recomputed_probability(float s, float scale_log2, float lse_log2, bool attended) {
-  return attended ? exp2_flush_subnormal(s * scale_log2 - lse_log2) : 0.0f;
+  // Computed either way and then selected: a conditional exp2 became a branch around each element.
+  const float p = exp2_flush_subnormal(s * scale_log2 - lse_log2);
+  return attended ? p : 0.0f;
 }
 
 // delta = rowsum(dO * O) of the warp's 16 queries starting at warp_q0, two lanes per query (each sums half the
@@ -477,12 +479,12 @@ __device__ __forceinline__ RowStatistics row_statistics(const FlashBackwardParam
 }
 
 // The softmax's backward on a warp's fragments of one tile, queries as rows (dQ's orientation): P = the forward's
-// probability recomputed from its log-sum-exp, then dS = P * (dP - delta) in place of dP (s keeps P). `masked`:
+// probability recomputed from its log-sum-exp, then dS = P * (dP - delta) in place of dP (s keeps P). kMasked:
 // the tile crosses the warp's diagonal or the sequence's end, so P is 0 where the query does not attend.
-template <int kBlockN>
-__device__ __forceinline__ void score_gradients(float (&s)[kBlockN / 8][4], float (&dp)[kBlockN / 8][4],
-                                                const RowStatistics& rows, int k0, int warp_q0, int seq,
-                                                float scale_log2, bool masked) {
+template <bool kMasked, int kBlockN>
+__device__ __forceinline__ void score_gradients_tile(float (&s)[kBlockN / 8][4], float (&dp)[kBlockN / 8][4],
+                                                     const RowStatistics& rows, int k0, int warp_q0, int seq,
+                                                     float scale_log2) {
   // As in mask_scores: per row, the first key it does not attend to (causal), counted from this lane's first
   // column. A row past the sequence's end attends to none: its tiles are zeros and must add nothing to dK and dV.
   int limit[2];
@@ -495,10 +497,22 @@ __device__ __forceinline__ void score_gradients(float (&s)[kBlockN / 8][4], floa
   for (int n = 0; n < kBlockN / 8; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const bool attended = !masked || 8 * n + (e & 1) < limit[e / 2];
+      const bool attended = !kMasked || 8 * n + (e & 1) < limit[e / 2];
       s[n][e] = recomputed_probability(s[n][e], scale_log2, rows.lse_log2[e / 2], attended);
       dp[n][e] = s[n][e] * (dp[n][e] - rows.delta[e / 2]);
     }
+}
+// The same for a tile known only at run time to need the mask or not. Each case is its own code: with the test
+// inside the element loop, the compiler branched and packed flags around every element of every tile (ncu: about
+// 40% of the dK/dV kernel's samples on integer, PRMT and branch instructions), where most tiles need no mask.
+template <int kBlockN>
+__device__ __forceinline__ void score_gradients(float (&s)[kBlockN / 8][4], float (&dp)[kBlockN / 8][4],
+                                                const RowStatistics& rows, int k0, int warp_q0, int seq,
+                                                float scale_log2, bool masked) {
+  if (masked)
+    score_gradients_tile<true, kBlockN>(s, dp, rows, k0, warp_q0, seq, scale_log2);
+  else
+    score_gradients_tile<false, kBlockN>(s, dp, rows, k0, warp_q0, seq, scale_log2);
 }
 
 // The same with keys as rows (dK and dV's orientation: S^T and dP^T), the statistics per column read from
@@ -509,8 +523,7 @@ __device__ __forceinline__ void score_gradients(float (&s)[kBlockN / 8][4], floa
 struct TransposedMask {
   int first[2];  // per half of the lane's rows: the first attended query, counted from the lane's first column
   int end;       // the sequence's end, counted the same way
-  bool masked;
-  __device__ __forceinline__ TransposedMask(int q0, int warp_k0, int seq, bool masked_) : masked(masked_) {
+  __device__ __forceinline__ TransposedMask(int q0, int warp_k0, int seq) {
     const int lane_q0 = q0 + c_col(0, 0);
     end = seq - lane_q0;
 #pragma unroll
@@ -518,15 +531,15 @@ struct TransposedMask {
   }
   __device__ __forceinline__ bool attended(int n, int e) const {
     const int query = 8 * n + (e & 1);  // c_col(n, e) - c_col(0, 0)
-    return !masked || (query >= first[e / 2] && query < end);
+    return (query >= first[e / 2]) & (query < end);
   }
 };
-
-template <int kBlockM>
-__device__ __forceinline__ void score_gradients_transposed(float (&s)[kBlockM / 8][4], float (&dp)[kBlockM / 8][4],
-                                                           const float* lse, const float* delta, int q0, int warp_k0,
-                                                           int seq, float scale_log2, bool masked) {
-  const TransposedMask mask(q0, warp_k0, seq, masked);
+template <bool kMasked, int kBlockM>
+__device__ __forceinline__ void score_gradients_transposed_tile(float (&s)[kBlockM / 8][4],
+                                                                float (&dp)[kBlockM / 8][4], const float* lse,
+                                                                const float* delta, int q0, int warp_k0, int seq,
+                                                                float scale_log2) {
+  const TransposedMask mask(q0, warp_k0, seq);
 #pragma unroll
   for (int n = 0; n < kBlockM / 8; ++n) {
     const int col = c_col(n, 0);
@@ -536,10 +549,20 @@ __device__ __forceinline__ void score_gradients_transposed(float (&s)[kBlockM / 
     for (int e = 0; e < 4; ++e) {
       const float col_lse = (e & 1) ? lse_pair.y : lse_pair.x;
       const float col_delta = (e & 1) ? delta_pair.y : delta_pair.x;
-      s[n][e] = recomputed_probability(s[n][e], scale_log2, col_lse * kLog2e, mask.attended(n, e));
+      s[n][e] = recomputed_probability(s[n][e], scale_log2, col_lse * kLog2e, !kMasked || mask.attended(n, e));
       dp[n][e] = s[n][e] * (dp[n][e] - col_delta);
     }
   }
+}
+// As score_gradients: one instance for the masked tiles, one for the rest.
+template <int kBlockM>
+__device__ __forceinline__ void score_gradients_transposed(float (&s)[kBlockM / 8][4], float (&dp)[kBlockM / 8][4],
+                                                           const float* lse, const float* delta, int q0, int warp_k0,
+                                                           int seq, float scale_log2, bool masked) {
+  if (masked)
+    score_gradients_transposed_tile<true, kBlockM>(s, dp, lse, delta, q0, warp_k0, seq, scale_log2);
+  else
+    score_gradients_transposed_tile<false, kBlockM>(s, dp, lse, delta, q0, warp_k0, seq, scale_log2);
 }
 
 }  // namespace tt::kernels::flash
