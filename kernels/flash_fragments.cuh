@@ -504,7 +504,8 @@ __device__ __forceinline__ void score_gradients_tile(float (&s)[kBlockN / 8][4],
 }
 // The same for a tile known only at run time to need the mask or not. Each case is its own code: with the test
 // inside the element loop, the compiler branched and packed flags around every element of every tile (ncu: about
-// 40% of the dK/dV kernel's samples on integer, PRMT and branch instructions), where most tiles need no mask.
+// 40% of the dK/dV kernel's samples on integer, PRMT and branch instructions), where most tiles need no mask. Two
+// instances made every Hopper backward 8-15% faster (forward + backward, H200; docs/attention.md).
 template <int kBlockN>
 __device__ __forceinline__ void score_gradients(float (&s)[kBlockN / 8][4], float (&dp)[kBlockN / 8][4],
                                                 const RowStatistics& rows, int k0, int warp_q0, int seq,
@@ -535,10 +536,9 @@ struct TransposedMask {
   }
 };
 template <bool kMasked, int kBlockM>
-__device__ __forceinline__ void score_gradients_transposed_tile(float (&s)[kBlockM / 8][4],
-                                                                float (&dp)[kBlockM / 8][4], const float* lse,
-                                                                const float* delta, int q0, int warp_k0, int seq,
-                                                                float scale_log2) {
+__device__ __forceinline__ void score_gradients_transposed_tile(float (&s)[kBlockM / 8][4], float (&dp)[kBlockM / 8][4],
+                                                                const float* lse, const float* delta, int q0,
+                                                                int warp_k0, int seq, float scale_log2) {
   const TransposedMask mask(q0, warp_k0, seq);
 #pragma unroll
   for (int n = 0; n < kBlockM / 8; ++n) {
