@@ -505,7 +505,7 @@ __device__ __forceinline__ void score_gradients_tile(float (&s)[kBlockN / 8][4],
 // The same for a tile known only at run time to need the mask or not. Each case is its own code: with the test
 // inside the element loop, the compiler branched and packed flags around every element of every tile (ncu: about
 // 40% of the dK/dV kernel's samples on integer, PRMT and branch instructions), where most tiles need no mask. Two
-// instances made every Hopper backward 8-15% faster (forward + backward, H200; docs/attention.md).
+// instances made the Hopper forward + backward 8-15% faster at every shape measured (H200; docs/attention.md).
 template <int kBlockN>
 __device__ __forceinline__ void score_gradients(float (&s)[kBlockN / 8][4], float (&dp)[kBlockN / 8][4],
                                                 const RowStatistics& rows, int k0, int warp_q0, int seq,
