@@ -59,10 +59,9 @@ StageSpec v3_custom() {
 // kernels and two casts of the forward, and the adds and casts of their gradients in the backward. Up to
 // kRopeInAttentionMaxSeq positions RoPE has no pass of its own: our flash attention rotates q and k as it loads
 // them from the QKV projection's output, and its backward rotates dq and dk back. Beyond, tt::ops::rope_qkv
-// rotates them and the attention is ours where kernel_bench measured it at least as fast as cuDNN (the Hopper
-// kernels up to kOurAttentionMaxSeq positions, and at head dim 64 from kOurAttentionFromSeq), else cuDNN's through SDPA
-// (both rules' comments in stage.h). The loss takes large logits in chunks (fused_linear_loss), so they never exist
-// whole.
+// rotates them and the attention is ours where kernel_bench measured it at least as fast as cuDNN (wherever the
+// Hopper kernels run), else cuDNN's through SDPA (both rules' comments in stage.h). The loss takes large logits in
+// chunks (fused_linear_loss), so they never exist whole.
 StageSpec v4_ultra() {
   StageSpec spec = v3_custom();
   spec.name = "v4_ultra";
@@ -381,8 +380,8 @@ const std::vector<AttentionImplementation>& attention_implementations() {
        no_backend_choice},
       // Not in kernel_bench's rows: it runs one of the two entries around it.
       {{AttentionKind::kOurFlashWhereFaster, "tt::ops::flash_attention where faster, else SDPA",
-        "our flash attention where kernel_bench measured it at least as fast as cuDNN (the Hopper kernels at head "
-        "dim 64 and 128, 129 to 1,024 positions, and at head dim 64 from 4,096), else at::scaled_dot_product_attention",
+        "our flash attention where kernel_bench measured it at least as fast as cuDNN (wherever the Hopper "
+        "kernels run: bf16/fp16, head dim 64 and 128, from 129 positions), else at::scaled_dot_product_attention",
         our_flash_where_faster},
        our_flash_where_faster_backend},
       {{AttentionKind::kOurFlash, "tt::ops::flash_attention",
@@ -444,8 +443,7 @@ bool rope_in_our_attention(RopeKind rope, int64_t seq) {
 
 bool our_attention_measured_faster(torch::ScalarType dtype, int64_t head_dim, int64_t seq,
                                    const torch::Device& device) {
-  if (!device.is_cuda() || !ops::flash_attention_default_is_hopper(dtype, head_dim, seq)) return false;
-  return seq <= kOurAttentionMaxSeq || (head_dim == 64 && seq >= kOurAttentionFromSeq);
+  return device.is_cuda() && ops::flash_attention_default_is_hopper(dtype, head_dim, seq);
 }
 
 const RopeImplementation& implementation(RopeKind kind) {

@@ -102,10 +102,10 @@ TEST_P(GpuStageEquivalence, MatchesV1InBf16WithinTwiceV1sOwnError) {
 }
 
 // v4's attention beyond RoPE in the load (AttentionKind::kOurFlashWhereFaster): where the rule says ours, the result
-// is bitwise our kernel's, elsewhere SDPA's. Ours only where the Hopper generation runs (bf16/fp16, head dim 64 or
-// 128): 129 to 1,024 positions, and at head dim 64 from 4,096. Both kernels round their output to the input's dtype,
-// and in bf16 at 129 positions they gave the same bits (H100), so a case tells the two apart only where their outputs
-// differ; the test needs at least one such case on each side, or it could not fail.
+// is bitwise our kernel's, elsewhere SDPA's. Ours wherever the Hopper generation runs (bf16/fp16, head dim 64 or 128,
+// from 129 positions); SDPA at 128 positions, in fp32 and at other head dims (32). Both kernels round their output to
+// the input's dtype, and in bf16 at 129 positions they gave the same bits (H100), so a case tells the two apart only
+// where their outputs differ; the test needs at least one such case on each side, or it could not fail.
 TEST(GpuStageEquivalenceV4Rule, OursWhereMeasuredFasterAndSdpaElsewhere) {
   TT_REQUIRE_GPU();
   const torch::Device gpu(torch::kCUDA, 0);
@@ -119,10 +119,11 @@ TEST(GpuStageEquivalenceV4Rule, OursWhereMeasuredFasterAndSdpaElsewhere) {
     bool ours;
   };
   const std::vector<Case> cases = {
-      {torch::kBFloat16, 64, 129, hopper},  {torch::kFloat16, 64, 300, hopper},  {torch::kFloat16, 64, 1024, hopper},
-      {torch::kBFloat16, 64, 4096, hopper}, {torch::kFloat16, 64, 128, false},   {torch::kBFloat16, 64, 1025, false},
-      {torch::kFloat16, 64, 2048, false},   {torch::kBFloat16, 64, 4095, false}, {torch::kFloat16, 128, 1024, hopper},
-      {torch::kBFloat16, 128, 1025, false}, {torch::kFloat16, 128, 4096, false}, {torch::kFloat32, 64, 512, false}};
+      {torch::kBFloat16, 64, 129, hopper},  {torch::kFloat16, 64, 300, hopper},   {torch::kFloat16, 64, 1024, hopper},
+      {torch::kBFloat16, 64, 1025, hopper}, {torch::kFloat16, 64, 2048, hopper},  {torch::kBFloat16, 64, 4095, hopper},
+      {torch::kBFloat16, 64, 4096, hopper}, {torch::kFloat16, 128, 1024, hopper}, {torch::kBFloat16, 128, 1025, hopper},
+      {torch::kFloat16, 128, 4096, hopper}, {torch::kFloat16, 64, 128, false},    {torch::kBFloat16, 128, 128, false},
+      {torch::kBFloat16, 32, 512, false},   {torch::kFloat32, 64, 512, false}};
   int told_apart[2] = {0, 0};  // cases where the two outputs differ, with SDPA expected / with ours expected
   torch::manual_seed(3);
   for (const Case& c : cases) {
