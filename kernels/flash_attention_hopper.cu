@@ -562,6 +562,23 @@ __device__ __forceinline__ void scores_and_gradients(float (&s)[kN / 8][4], floa
   fence_operands(dp);
 }
 
+// The same with the first operands' rows in registers (A fragments of kD columns, load_a_fragments_swizzled).
+template <typename T, int kD, int kN>
+__device__ __forceinline__ void scores_and_gradients(float (&s)[kN / 8][4], float (&dp)[kN / 8][4],
+                                                     const uint32_t (&a_s)[kD / 16][4], const unsigned char* b_s,
+                                                     const uint32_t (&a_dp)[kD / 16][4], const unsigned char* b_dp) {
+  using namespace hopper;
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < kD / 16; ++k) wgmma<T, 0>(s, a_s[k], k_major_descriptor(b_s, kN, k), k > 0);
+#pragma unroll
+  for (int k = 0; k < kD / 16; ++k) wgmma<T, 0>(dp, a_dp[k], k_major_descriptor(b_dp, kN, k), k > 0);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_operands(s);
+  fence_operands(dp);
+}
+
 // acc [64 x kD] += A [64 x kK] B with A's fragments in registers and B a streamed or resident tile of kK rows
 // read MN-major (its rows are the reduced dimension), issued (not waited for).
 template <typename T, int kD, int kK>
@@ -688,14 +705,19 @@ __device__ __forceinline__ void backward_q_block(int work, const CUtensorMap* q_
   float grad_q[kD / 8][4];
   zero(grad_q);
   barrier_wait(block.resident_full(), 0);
+  // Q and dO as A operands from registers: with both operands of S and dP in shared memory, each 64 x 64 x 16 step
+  // reads 4 KB there in the 32 cycles the tensor cores take for it, all of the SM's shared-memory bandwidth.
+  uint32_t q_rows[kD / 16][4], grad_out_rows[kD / 16][4];
+  load_a_fragments_swizzled<kD, kBlockM>(my_q, q_rows);
+  load_a_fragments_swizzled<kD, kBlockM>(my_grad_out, grad_out_rows);
   for (int tile = 0; tile < tiles; ++tile) {
     const int slot = Block::slot_of(tile);
     const int k0 = tile * kBlockN;
     barrier_wait(block.full(slot), Block::round_parity(tile));
     float s[kBlockN / 8][4];
     float dp[kBlockN / 8][4];
-    scores_and_gradients<T, kD, kBlockM, kBlockN>(s, dp, my_q, block.stream_a(slot), my_grad_out,
-                                                   block.stream_b(slot));  // S = Q K^T, dP = dO V^T
+    scores_and_gradients<T, kD, kBlockN>(s, dp, q_rows, block.stream_a(slot), grad_out_rows,
+                                         block.stream_b(slot));  // S = Q K^T, dP = dO V^T
     // Masked where a key may lie after a query or past the end. Query rows past the end need no mask: their Q and dO
     // rows are zeros and their lse and delta 0, so dS is 0 there, and they are never stored.
     const bool masked = k0 + kBlockN - 1 > warp_q0 || k0 + kBlockN > seq;

@@ -221,26 +221,40 @@ __device__ __forceinline__ void fence_shared_for_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// Stores a warpgroup's 64 x 64 tile of A fragments (to_a_fragments' layout; warp w holds rows 16w..) as 64 rows
-// of one 128-byte-swizzled panel from `rows` (1024-byte aligned), the layout TMA writes and the descriptors read.
-// Each 4-byte pair lands in a different bank across the warp's 8 rows (the swizzle spreads them), so no conflicts.
+// Where A fragment value e of k step k (two 16-bit elements; to_a_fragments' layout, warp w holding rows 16w..) sits
+// in a K-major tile of 128-byte-swizzled 64-column panels of `panel_rows` rows each, counted from the warpgroup's
+// first row of the first panel (a multiple of 8 rows into it, so that the swizzle's row is the row counted from
+// there). Across a warp's lanes, each 4-byte pair of a row lands in a different bank (the swizzle spreads the 8 rows
+// over the 8 chunks): loads and stores of a whole fragment have no conflicts.
+__device__ __forceinline__ int a_fragment_offset(int panel_rows, int k, int e) {
+  const int lane = static_cast<int>(threadIdx.x) % kMmaLanes;
+  const int row = kWarpRows * warp_in_warpgroup() + lane / 4 + (e & 1) * 8;  // a[k][1], a[k][3]: 8 rows further down
+  const int col = 16 * k + (e >= 2 ? 8 : 0) + 2 * (lane % 4);  // a[k][2], a[k][3]: the columns 8 further right
+  const int panel = col / kPanelColumns, chunk = col % kPanelColumns / 8;
+  return (panel * panel_rows + row) * kSwizzleRowBytes + ((chunk ^ (row % 8)) * 16) + (col % 8) * 2;
+}
+
+// Stores a warpgroup's 64 x 64 tile of A fragments as 64 rows of one swizzled panel from `rows` (1024-byte
+// aligned), the layout TMA writes and the descriptors read.
 template <int kCols>
 __device__ __forceinline__ void store_a_fragments_swizzled(unsigned char* rows, const uint32_t (&a)[kCols / 16][4]) {
   // One panel: a wider tile's next panel would start a whole panel's rows further on, which these 64 rows (say half
   // of a 128-row panel) do not know.
   static_assert(kCols == kPanelColumns, "one panel of 64 columns");
-  const int lane = static_cast<int>(threadIdx.x) % kMmaLanes;
-  const int row0 = kWarpRows * warp_in_warpgroup() + lane / 4;
 #pragma unroll
   for (int k = 0; k < kCols / 16; ++k)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = row0 + (e & 1) * 8;                          // a[k][1], a[k][3]: the rows 8 further down
-      const int col = 16 * k + (e >= 2 ? 8 : 0) + 2 * (lane % 4);  // a[k][2], a[k][3]: the columns 8 further right
-      const int chunk = col / 8;
-      unsigned char* at = rows + row * kSwizzleRowBytes + ((chunk ^ (row % 8)) * 16) + (col % 8) * 2;
-      *reinterpret_cast<uint32_t*>(at) = a[k][e];
-    }
+    for (int e = 0; e < 4; ++e) *reinterpret_cast<uint32_t*>(rows + a_fragment_offset(0, k, e)) = a[k][e];
+}
+
+// Loads a warpgroup's 64 rows x kCols of A fragments from a K-major tile of swizzled panels of kPanelRows rows
+// (`rows`: the warpgroup's first row of the first panel), for an A operand the warpgroup keeps in registers.
+template <int kCols, int kPanelRows>
+__device__ __forceinline__ void load_a_fragments_swizzled(const unsigned char* rows, uint32_t (&a)[kCols / 16][4]) {
+#pragma unroll
+  for (int k = 0; k < kCols / 16; ++k)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) a[k][e] = *reinterpret_cast<const uint32_t*>(rows + a_fragment_offset(kPanelRows, k, e));
 }
 
 // ---------------------------------------------------------------------------------------------
