@@ -197,9 +197,6 @@ __global__ void __launch_bounds__(HopperForwardShape<kD, kConsumers>::kThreads, 
   const unsigned char* my_q = q_tile + kWarpgroupRows * consumer * kSwizzleRowBytes;  // its warpgroup's rows, each panel
   const float scale_log2 = softmax_scale<kD>() * kLog2e;
   T* staging = reinterpret_cast<T*>(smem + Shape::kStaging);
-  // Two consumers keep their Q rows in registers (A from registers halves the shared-memory reads of S = Q K^T, and
-  // the next item's Q can load as soon as this one's is read); three have no registers to spare (it spilled).
-  constexpr bool kQInRegisters = kConsumers == 2;
 
   int ring = 0;
   for (int round = 0, work = scheduled_work(0); work < items; work = scheduled_work(++round)) {
@@ -214,7 +211,6 @@ __global__ void __launch_bounds__(HopperForwardShape<kD, kConsumers>::kThreads, 
     float alpha[1][2];
     float s[1][kBlockN / 8][4];
     uint32_t probs[kBlockN / 16][4];  // the previous tile's P, the A operand of its O += P V
-    uint32_t q_rows[kQInRegisters ? kD / 16 : 1][4];  // with kQInRegisters, the A operand of every S = Q K^T
     zero(o[0]);
 
     // S = Q K^T of tile `tile`, issued and committed.
@@ -223,13 +219,9 @@ __global__ void __launch_bounds__(HopperForwardShape<kD, kConsumers>::kThreads, 
       barrier_wait(&k_full[slot], ((ring + tile) / kStages) & 1);
       wgmma_fence();
 #pragma unroll
-      for (int k = 0; k < kD / 16; ++k) {
-        if constexpr (kQInRegisters)
-          wgmma<T, 0>(s[0], q_rows[k], k_major_descriptor(k_tile(slot), kBlockN, k), k > 0);
-        else
-          wgmma<T, 0, 0>(s[0], k_major_descriptor(my_q, kBlockM, k), k_major_descriptor(k_tile(slot), kBlockN, k),
-                         k > 0);
-      }
+      for (int k = 0; k < kD / 16; ++k)
+        wgmma<T, 0, 0>(s[0], k_major_descriptor(my_q, kBlockM, k), k_major_descriptor(k_tile(slot), kBlockN, k),
+                       k > 0);
       wgmma_commit();
     };
     // O += P V of tile `tile` with the probabilities in `probs`, issued and committed.
@@ -246,7 +238,7 @@ __global__ void __launch_bounds__(HopperForwardShape<kD, kConsumers>::kThreads, 
     // Once the last tile's scores are in, this warpgroup is done with Q: the producer may load the next item's.
     auto scores_in = [&](int tile) {
       fence_operands(s[0]);
-      if (!kQInRegisters && tile == tiles - 1) barrier_arrive(q_empty);
+      if (tile == tiles - 1) barrier_arrive(q_empty);
     };
     // The causal mask where a tile holds keys after the block's first query or past the sequence's end.
     auto softmax_of = [&](int tile) {
@@ -256,10 +248,6 @@ __global__ void __launch_bounds__(HopperForwardShape<kD, kConsumers>::kThreads, 
     };
 
     barrier_wait(q_full, round & 1);
-    if constexpr (kQInRegisters) {
-      load_a_fragments_swizzled<kD, kBlockM>(my_q, q_rows);
-      barrier_arrive(q_empty);  // Q is in registers: the producer may load the next item's
-    }
     issue_scores(0);
     wgmma_wait<0>();
     scores_in(0);
