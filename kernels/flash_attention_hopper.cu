@@ -382,8 +382,9 @@ LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream)
 //    adds the two shares to the query tile's fp32 dQ sum in the block's turn (the kernel's comment). A prologue
 //    writes delta = rowsum(dO * O) and zeroes the sums first; an epilogue writes dQ from them.
 //  * elsewhere (head_dim 128, and 64 below 1,024 positions), dQ has blocks of its own: resident Q and dO of 128
-//    queries, streamed K and V tiles of 64 keys up to the diagonal. S = Q K^T and dP = dO V^T again (seven products
-//    per tile pair in all), dS = P * (dP - delta) in registers, dQ += dS K with dS from registers and K MN-major.
+//    queries (in the dQ kernel of the two-kernel scheme, also in registers as A operands), streamed K and V tiles of
+//    64 keys up to the diagonal. S = Q K^T and dP = dO V^T again (seven products per tile pair in all),
+//    dS = P * (dP - delta) in registers, dQ += dS K with dS from registers and K MN-major.
 //    FlashAttention-2's scheme, which measured faster there than the fused kernel (hopper_backward_for). Below 4,096
 //    positions the dQ and dK/dV blocks are one grid after a prologue that writes delta, so that the dQ blocks fill
 //    the SMs the short dK/dV blocks leave; from 4,096 the dQ kernel runs first, writing delta, then dK/dV.
@@ -655,7 +656,9 @@ __device__ __forceinline__ void write_grad_q_sums(const BackwardBlock<Shape>& bl
 #if defined(TT_HOPPER_DEVICE)
 // dQ of work item `work`: a query block of 128 rows of one head and batch entry, the longest first. kDeltaWritten:
 // delta is read from p.delta (the prologue wrote it); otherwise this block computes its rows' delta and writes it.
-template <typename T, int kD, bool kDeltaWritten>
+// kRowsInRegisters: Q and dO are the A operands of S and dP from registers, loaded once (otherwise both operands are
+// read from shared memory, as in the dK/dV blocks).
+template <typename T, int kD, bool kDeltaWritten, bool kRowsInRegisters>
 __device__ __forceinline__ void backward_q_block(int work, const CUtensorMap* q_map, const CUtensorMap* k_map,
                                                  const CUtensorMap* v_map, const CUtensorMap* grad_out_map,
                                                  const FlashBackwardParams& p) {
@@ -705,19 +708,24 @@ __device__ __forceinline__ void backward_q_block(int work, const CUtensorMap* q_
   float grad_q[kD / 8][4];
   zero(grad_q);
   barrier_wait(block.resident_full(), 0);
-  // Q and dO as A operands from registers: with both operands of S and dP in shared memory, each 64 x 64 x 16 step
-  // reads 4 KB there in the 32 cycles the tensor cores take for it, all of the SM's shared-memory bandwidth.
-  uint32_t q_rows[kD / 16][4], grad_out_rows[kD / 16][4];
-  load_a_fragments_swizzled<kD, kBlockM>(my_q, q_rows);
-  load_a_fragments_swizzled<kD, kBlockM>(my_grad_out, grad_out_rows);
+  // With both operands in shared memory each 64 x 64 x 16 step of S and dP reads 4 KB there; with A from registers,
+  // 2 KB.
+  uint32_t q_rows[kRowsInRegisters ? kD / 16 : 1][4], grad_out_rows[kRowsInRegisters ? kD / 16 : 1][4];
+  if constexpr (kRowsInRegisters) {
+    load_a_fragments_swizzled<kD, kBlockM>(my_q, q_rows);
+    load_a_fragments_swizzled<kD, kBlockM>(my_grad_out, grad_out_rows);
+  }
   for (int tile = 0; tile < tiles; ++tile) {
     const int slot = Block::slot_of(tile);
     const int k0 = tile * kBlockN;
     barrier_wait(block.full(slot), Block::round_parity(tile));
     float s[kBlockN / 8][4];
     float dp[kBlockN / 8][4];
-    scores_and_gradients<T, kD, kBlockN>(s, dp, q_rows, block.stream_a(slot), grad_out_rows,
-                                         block.stream_b(slot));  // S = Q K^T, dP = dO V^T
+    if constexpr (kRowsInRegisters)  // S = Q K^T, dP = dO V^T
+      scores_and_gradients<T, kD, kBlockN>(s, dp, q_rows, block.stream_a(slot), grad_out_rows, block.stream_b(slot));
+    else
+      scores_and_gradients<T, kD, kBlockM, kBlockN>(s, dp, my_q, block.stream_a(slot), my_grad_out,
+                                                    block.stream_b(slot));
     // Masked where a key may lie after a query or past the end. Query rows past the end need no mask: their Q and dO
     // rows are zeros and their lse and delta 0, so dS is 0 there, and they are never stored.
     const bool masked = k0 + kBlockN - 1 > warp_q0 || k0 + kBlockN > seq;
@@ -742,14 +750,18 @@ __device__ __forceinline__ void backward_q_block(int work, const CUtensorMap* q_
 }
 #endif  // TT_HOPPER_DEVICE
 
-// The dQ kernel of the two-kernel scheme: a block per work item; it writes delta for the dK/dV kernel after it.
+// The dQ kernel of the two-kernel scheme: a block per work item; it writes delta for the dK/dV kernel after it. Its
+// Q and dO rows are in registers: H200, d128-s4096, alternated three times, forward + backward 1,014-1,024 against
+// 1,027-1,028 us (bf16) and 1,041-1,042 against 1,050-1,083 (fp16). In the one grid's dQ blocks, which are shorter
+// (up to 2,048 positions), the same measured 0.3-2% slower at medium, d64-s256 and d128-s1024 and 0.4-1.7% faster
+// at d128-s2048 (per pair); they read both operands from shared memory.
 template <typename T, int kD>
 __global__ void __launch_bounds__(HopperBackwardQShape<kD>::kThreads, 1)
     flash_backward_q_hopper_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                                    const __grid_constant__ CUtensorMap v_map,
                                    const __grid_constant__ CUtensorMap grad_out_map, const FlashBackwardParams p) {
 #if defined(TT_HOPPER_DEVICE)
-  backward_q_block<T, kD, false>(static_cast<int>(blockIdx.x), &q_map, &k_map, &v_map, &grad_out_map, p);
+  backward_q_block<T, kD, false, true>(static_cast<int>(blockIdx.x), &q_map, &k_map, &v_map, &grad_out_map, p);
 #else
   (void)q_map, (void)k_map, (void)v_map, (void)grad_out_map, (void)p;
 #if defined(__CUDA_ARCH__)
@@ -950,7 +962,7 @@ __global__ void __launch_bounds__(HopperBackwardKvShape<kD>::kThreads, 1)
   if (work < kv_items)
     backward_kv_block<T, kD, false>(work, &q_map, &k_map, &v_map, &grad_out_map, p);
   else
-    backward_q_block<T, kD, true>(work - kv_items, &q_map, &k_map, &v_map, &grad_out_map, p);
+    backward_q_block<T, kD, true, false>(work - kv_items, &q_map, &k_map, &v_map, &grad_out_map, p);
 #else
   (void)q_map, (void)k_map, (void)v_map, (void)grad_out_map, (void)p, (void)kv_items;
 #if defined(__CUDA_ARCH__)
