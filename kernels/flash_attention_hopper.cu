@@ -432,7 +432,7 @@ struct HopperBackwardShape {
   // (H200, forward + backward at 1,024 to 4,096 positions 0.3-2% faster; ncu at long-context 2.3% fewer cycles, with
   // as many instructions in the SASS, scheduled differently), the dK/dV kernel slower (head dim 128: 0.6-2.3%). The
   // dQ kernel at 40 / 232 measured the same, and at 56 / 224 0.6-0.9% faster at d128-s4096 only (two pairs, bf16:
-  // not resolved); it keeps 24 / 240.
+  // not resolved; three more pairs at d128-s1024 to s4096, bf16 and fp16, level); it keeps 24 / 240.
   static constexpr int kProducerRegisters = kGradQ ? 56 : kStats ? 40 : 24;
   static constexpr int kConsumerRegisters = kGradQ ? 224 : kStats ? 232 : 240;
   static_assert((kProducerRegisters + kConsumers * kConsumerRegisters) * hopper::kWarpgroupThreads <=
@@ -751,10 +751,11 @@ __device__ __forceinline__ void backward_q_block(int work, const CUtensorMap* q_
 #endif  // TT_HOPPER_DEVICE
 
 // The dQ kernel of the two-kernel scheme: a block per work item; it writes delta for the dK/dV kernel after it. Its
-// Q and dO rows are in registers: H200, d128-s4096, alternated three times, forward + backward 1,014-1,024 against
-// 1,027-1,028 us (bf16) and 1,041-1,042 against 1,050-1,083 (fp16). In the one grid's dQ blocks, which are shorter
-// (up to 2,048 positions), the same measured 0.3-2% slower at medium, d64-s256 and d128-s1024 and 0.4-1.7% faster
-// at d128-s2048 (per pair); they read both operands from shared memory.
+// Q and dO rows are in registers. H200, d128-s4096, forward + backward, two builds with it alternated three times with
+// main: level in bf16 (1.4% faster to 0.7% slower per pair), 0.1-3.9% faster in fp16, not resolved beyond the spread
+// of identical code between builds (docs/attention.md). The one grid's dQ blocks (below 4,096 positions) read both
+// operands from shared memory: with registers they measured 0.3-2.1% slower at medium, d64-s256 and d128-s1024 and
+// 0.4-1.7% faster at d128-s2048 (per pair), and no choice by length was built.
 template <typename T, int kD>
 __global__ void __launch_bounds__(HopperBackwardQShape<kD>::kThreads, 1)
     flash_backward_q_hopper_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,

@@ -122,15 +122,16 @@ bool rope_in_our_attention(RopeKind rope, int64_t seq);
 
 // AttentionKind::kOurFlashWhereFaster's rule, read off kernel_bench attention_rope (tt::ops::rope_qkv, then ours
 // or SDPA (cuDNN); H200, 2026-11-28, after the softmax backward's mask became two instances; bf16 and fp16, forward
-// + backward, two runs in one call). Ours was faster than cuDNN at every length measured, at head dim 64 (medium's
-// 512 positions 108.9-110.8 against 141.0-230.8 us, 1024 280.2-281.9 against 311.6-413.5, 2048 422.6-423.5 against
-// 454.4-457.4, long-context's 4096 381.8-382.9 against 421.0-422.8) and 128 (1024 210.2-211.9 against 262.6-314.8,
-// 2048 337.1-339.6 against 385.4-388.9, 4096 1,052.2-1,084.8 against 1,100.1-1,104.7 in bf16 and 1,103.0-1,108.4
-// against 1,111.6-1,135.8 in fp16). So ours wherever the Hopper generation runs. (At 4096 and head dim 128 the
-// attention alone, on contiguous inputs, was level with cuDNN in the same call; by our reading, rope_qkv's strided
-// outputs slow cuDNN more than ours.) Not measured: beyond 4096 positions, and 129 to 511 at head dim 64 and to 1023 at
-// 128 (an H100 measured head dim 64 at 256, attention alone: ours 92.3-93.4 against 104.1-143.1 us). Before that change
-// the rule had stopped at 1024 positions but for head dim 64 from 4096 (cuDNN faster at d64-s2048 and d128-s2048).
+// + backward, two runs in one call). Ours was at least as fast as cuDNN at every length measured, at head dim 64
+// (medium's 512 positions 108.9-110.8 against 141.0-230.8 us, 1024 280.2-281.9 against 311.6-413.5, 2048 422.6-423.5
+// against 454.4-457.4, long-context's 4096 381.8-382.9 against 421.0-422.8) and 128 (1024 210.2-211.9 against
+// 262.6-314.8, 2048 337.1-339.6 against 385.4-388.9, 4096 1,052.2-1,084.8 against 1,100.1-1,104.7 in bf16 and
+// 1,103.0-1,108.4 against 1,111.6-1,135.8 in fp16: level there, the margin inside ours' spread). So ours wherever the
+// Hopper generation runs. (At 4096 and head dim 128 the attention alone, on contiguous inputs, was level with cuDNN in
+// the same call; by our reading, rope_qkv's strided outputs slow cuDNN more than ours.) Not measured: the lengths
+// between those, beyond 4096 positions, and 129 to 511 at head dim 64 and to 1023 at 128 (an H100 measured head dim
+// 64 at 256, attention alone: ours 92.3-93.4 against 104.1-143.1 us). Before that change the rule had stopped at 1024
+// positions but for head dim 64 from 4096 (cuDNN faster at d64-s2048 and d128-s2048).
 
 // Whether our flash attention takes the place of SDPA for these inputs under kOurFlashWhereFaster: wherever our
 // default runs the Hopper generation (ops::flash_attention_default_is_hopper: bf16/fp16, head dim 64 or 128, an
