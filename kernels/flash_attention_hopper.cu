@@ -546,34 +546,26 @@ __device__ __forceinline__ void issue_product_nt(float (&acc)[kN / 8][4], const 
     wgmma<T, 0, 0>(acc, k_major_descriptor(a, kRows, k), k_major_descriptor(b, kN, k), k > 0);
 }
 
-// S (or S^T) and dP (or dP^T) of one tile: a [64 x kN] = rows of `a` (this warpgroup's 64 rows of a resident
-// K-major tile of kRows rows) times the streamed tile `b` (kN rows, K-major) transposed, for both operand pairs,
-// issued as one group and waited for.
+// The same with A's 64 rows in registers (the warpgroup's A fragments over kD columns, load_a_fragments_swizzled).
 template <typename T, int kD, int kRows, int kN>
-__device__ __forceinline__ void scores_and_gradients(float (&s)[kN / 8][4], float (&dp)[kN / 8][4],
-                                                     const unsigned char* a_s, const unsigned char* b_s,
-                                                     const unsigned char* a_dp, const unsigned char* b_dp) {
+__device__ __forceinline__ void issue_product_nt(float (&acc)[kN / 8][4], const uint32_t (&a)[kD / 16][4],
+                                                 const unsigned char* b) {
+  using namespace hopper;
+#pragma unroll
+  for (int k = 0; k < kD / 16; ++k) wgmma<T, 0>(acc, a[k], k_major_descriptor(b, kN, k), k > 0);
+}
+
+// S (or S^T) and dP (or dP^T) of one tile: a [64 x kN] = rows of `a` (this warpgroup's 64 rows of a resident
+// K-major tile of kRows rows, or their A fragments in registers) times the streamed tile `b` (kN rows, K-major)
+// transposed, for both operand pairs, issued as one group and waited for.
+template <typename T, int kD, int kRows, int kN, typename RowsA>
+__device__ __forceinline__ void scores_and_gradients(float (&s)[kN / 8][4], float (&dp)[kN / 8][4], const RowsA& a_s,
+                                                     const unsigned char* b_s, const RowsA& a_dp,
+                                                     const unsigned char* b_dp) {
   using namespace hopper;
   wgmma_fence();
   issue_product_nt<T, kD, kRows, kN>(s, a_s, b_s);
   issue_product_nt<T, kD, kRows, kN>(dp, a_dp, b_dp);
-  wgmma_commit();
-  wgmma_wait<0>();
-  fence_operands(s);
-  fence_operands(dp);
-}
-
-// The same with the first operands' rows in registers (A fragments of kD columns, load_a_fragments_swizzled).
-template <typename T, int kD, int kN>
-__device__ __forceinline__ void scores_and_gradients(float (&s)[kN / 8][4], float (&dp)[kN / 8][4],
-                                                     const uint32_t (&a_s)[kD / 16][4], const unsigned char* b_s,
-                                                     const uint32_t (&a_dp)[kD / 16][4], const unsigned char* b_dp) {
-  using namespace hopper;
-  wgmma_fence();
-#pragma unroll
-  for (int k = 0; k < kD / 16; ++k) wgmma<T, 0>(s, a_s[k], k_major_descriptor(b_s, kN, k), k > 0);
-#pragma unroll
-  for (int k = 0; k < kD / 16; ++k) wgmma<T, 0>(dp, a_dp[k], k_major_descriptor(b_dp, kN, k), k > 0);
   wgmma_commit();
   wgmma_wait<0>();
   fence_operands(s);
@@ -722,7 +714,8 @@ __device__ __forceinline__ void backward_q_block(int work, const CUtensorMap* q_
     float s[kBlockN / 8][4];
     float dp[kBlockN / 8][4];
     if constexpr (kRowsInRegisters)  // S = Q K^T, dP = dO V^T
-      scores_and_gradients<T, kD, kBlockN>(s, dp, q_rows, block.stream_a(slot), grad_out_rows, block.stream_b(slot));
+      scores_and_gradients<T, kD, kBlockM, kBlockN>(s, dp, q_rows, block.stream_a(slot), grad_out_rows,
+                                                    block.stream_b(slot));
     else
       scores_and_gradients<T, kD, kBlockM, kBlockN>(s, dp, my_q, block.stream_a(slot), my_grad_out,
                                                     block.stream_b(slot));
