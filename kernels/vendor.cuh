@@ -64,6 +64,9 @@ constexpr int block_threads_for(int64_t threads, int max_threads) {
 #include <mma.h>
 #endif
 
+#include <atomic>
+#include <cstdlib>
+
 namespace tt::kernels {
 
 // =================================================================================================
@@ -105,6 +108,79 @@ inline LaunchStatus allow_dynamic_shared_memory(Kernel* kernel, int bytes) {
   const gpuError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 #endif
   return error == kGpuSuccess ? LaunchStatus{} : LaunchStatus{gpu_error_string(error)};
+}
+
+// =================================================================================================
+// Programmatic dependent launch (NVIDIA sm_90+)
+// =================================================================================================
+//
+// A kernel launched by launch_after_previous() may start while the kernel before it on the stream is still
+// finishing: the launch itself and the placing of its blocks on SMs overlap the other's last blocks and its
+// completion. What must not overlap is left to the kernel: each one launched this way begins with
+// start_after_previous_kernel(), which waits until the previous kernel has completed and its writes are visible
+// (griddepcontrol.wait), before any of its own global reads or writes; then lets the kernel after it launch the
+// same way (griddepcontrol.launch_dependents). Because that comes after the wait, no kernel starts before the one
+// two places earlier has completed. Where the launch is not programmatic (HIP, GPUs before sm_90, kernels of
+// other libraries) both instructions do nothing, and the stream orders kernels as usual.
+
+__device__ __forceinline__ void start_after_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Whether launch_after_previous() launches programmatically on the current GPU (compute capability 9.0 or more,
+// CUDA builds); remembered per device. AB-TEMP: TT_AB_PDL=0 turns it off.
+inline bool programmatic_launch_available() {
+#if defined(__HIP__)
+  return false;
+#else
+  static const bool enabled = [] {
+    const char* ab = std::getenv("TT_AB_PDL");
+    return ab == nullptr || ab[0] != '0';
+  }();
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices] = {};  // 0 unknown, 1 yes, 2 no
+  int device = 0;
+  if (!enabled || cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (known[device] == 0) {
+    int major = 0;
+    const bool sm90 =
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
+    (void)cudaGetLastError();
+    known[device] = sm90 ? 1 : 2;
+  }
+  return known[device] == 1;
+#endif
+}
+
+// kernel<<<grid, block, shared_bytes, stream>>>(args...), as a programmatic dependent launch where available.
+// The kernel must begin with start_after_previous_kernel().
+// A rejected launch is reported, as any other, by the next last_launch_status().
+template <typename... Params, typename... Args>
+inline void launch_after_previous(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                                  gpuStream_t stream, Args... args) {
+#if !defined(__HIP__)
+  if (programmatic_launch_available()) {
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+    return;
+  }
+#endif
+  kernel<<<grid, block, shared_bytes, stream>>>(static_cast<Params>(args)...);
 }
 
 // =================================================================================================
