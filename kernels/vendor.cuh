@@ -28,6 +28,16 @@ struct LaunchStatus {
   bool ok() const { return error == nullptr; }
 };
 
+// Programmatic dependent launch of our kernels (launch_after_previous, in the GPU part below): on by default,
+// off for the whole process with TT_PROGRAMMATIC_LAUNCH=0 in the environment or set_programmatic_launch(false)
+// (tests compare both; kernel times in a profile mean something else with it on: docs/training.md). Defined in
+// vendor.cu. programmatic_launch_available: on, and the current GPU has it (compute capability 9.0 or more, a
+// CUDA build); remembered per device. An environment value other than 0 or 1 is refused (std::invalid_argument)
+// at the first launch.
+void set_programmatic_launch(bool on);
+bool programmatic_launch_enabled();
+bool programmatic_launch_available();
+
 // The largest wave on any GPU we target (AMD CDNA runs 64 lanes per wave, NVIDIA 32 per warp).
 // Host code sizes every block as a multiple of this, so a block is a whole number of warps on both
 // vendors. Host code must never use the device-side warp_size() below: see its comment.
@@ -63,9 +73,6 @@ constexpr int block_threads_for(int64_t threads, int max_threads) {
 #include <cuda_runtime.h>
 #include <mma.h>
 #endif
-
-#include <atomic>
-#include <cstdlib>
 
 namespace tt::kernels {
 
@@ -127,34 +134,6 @@ __device__ __forceinline__ void start_after_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-// Whether launch_after_previous() launches programmatically on the current GPU (compute capability 9.0 or more,
-// CUDA builds); remembered per device. AB-TEMP: TT_AB_PDL=0 turns it off.
-inline bool programmatic_launch_available() {
-#if defined(__HIP__)
-  return false;
-#else
-  static const bool enabled = [] {
-    const char* ab = std::getenv("TT_AB_PDL");
-    return ab == nullptr || ab[0] != '0';
-  }();
-  constexpr int kDevices = 64;
-  static std::atomic<int> known[kDevices] = {};  // 0 unknown, 1 yes, 2 no
-  int device = 0;
-  if (!enabled || cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  if (known[device] == 0) {
-    int major = 0;
-    const bool sm90 =
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
-    (void)cudaGetLastError();
-    known[device] = sm90 ? 1 : 2;
-  }
-  return known[device] == 1;
 #endif
 }
 
