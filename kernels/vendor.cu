@@ -1,11 +1,11 @@
 // The process-wide switch of programmatic dependent launch (vendor.cuh, "Programmatic dependent launch"): read
 // once from TT_PROGRAMMATIC_LAUNCH, settable by tests; whether the current GPU takes it is asked once per device.
-#include "kernels/vendor.cuh"
-
 #include <atomic>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+
+#include "kernels/vendor.cuh"
 
 namespace tt::kernels {
 
