@@ -49,6 +49,7 @@ __device__ __forceinline__ float gradient_at(const AdamWTensor& t, int64_t j) {
 // Sum of squared gradients over each block's chunk, one partial per block, in a fixed order.
 template <typename C>
 __global__ void __launch_bounds__(kThreads) adamw_norm_kernel(AdamWTensorList list, float* partials) {
+  start_after_previous_kernel();
   const int i = tensor_of_block(list, blockIdx.x);
   const AdamWTensor& t = list.tensors[i];
   const int64_t start = (blockIdx.x - list.first_block[i]) * kAdamWChunk;
@@ -66,6 +67,7 @@ __global__ void __launch_bounds__(kThreads) adamw_norm_kernel(AdamWTensorList li
 // step's learning rate from the schedule, and the bias corrections for this step.
 __global__ void __launch_bounds__(kPrepareThreads)
     adamw_prepare_kernel(const float* partials, int64_t num_partials, AdamWHyper hyper, AdamWDeviceState* state) {
+  start_after_previous_kernel();
   float sum = 0.0f;
   for (int64_t j = threadIdx.x; j < num_partials; j += kPrepareThreads) sum += partials[j];
   sum = block_reduce_sum(sum);
@@ -178,6 +180,7 @@ __device__ __forceinline__ void update_range(const AdamWTensor& t, int64_t start
 template <typename C, typename S>
 __global__ void __launch_bounds__(kThreads)
     adamw_update_kernel(AdamWTensorList list, AdamWHyper hyper, const AdamWDeviceState* state) {
+  start_after_previous_kernel();
   const AdamWMath math{state->decay,
                        static_cast<float>(hyper.beta1),
                        static_cast<float>(1.0 - hyper.beta1),
@@ -216,7 +219,7 @@ LaunchStatus adamw_norm(const AdamWTensorList* lists, int num_lists, float* part
     for (int l = 0; l < num_lists; ++l) {
       const int64_t blocks = blocks_of(lists[l]);
       if (blocks == 0) continue;
-      adamw_norm_kernel<C><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(lists[l], partials);
+      launch_after_previous(adamw_norm_kernel<C>, static_cast<unsigned>(blocks), kThreads, 0, s, lists[l], partials);
       partials += blocks;
     }
   });
@@ -225,7 +228,8 @@ LaunchStatus adamw_norm(const AdamWTensorList* lists, int num_lists, float* part
 
 LaunchStatus adamw_prepare(const float* partials, int64_t num_partials, const AdamWHyper& hyper,
                            AdamWDeviceState* state, void* stream) {
-  adamw_prepare_kernel<<<1, kPrepareThreads, 0, to_stream(stream)>>>(partials, num_partials, hyper, state);
+  launch_after_previous(adamw_prepare_kernel, 1, kPrepareThreads, 0, to_stream(stream), partials, num_partials, hyper,
+                        state);
   return last_launch_status();
 }
 
@@ -240,7 +244,8 @@ LaunchStatus adamw_update(const AdamWTensorList* lists, int num_lists, const Ada
       int64_t blocks = blocks_of(lists[l]);
       if (blocks == 0) continue;
       if (max_blocks > 0 && blocks > max_blocks) blocks = max_blocks;
-      adamw_update_kernel<C, S><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(lists[l], hyper, state);
+      launch_after_previous(adamw_update_kernel<C, S>, static_cast<unsigned>(blocks), kThreads, 0, s, lists[l], hyper,
+                            state);
     }
   };
   dispatch_dtype(copy_dtype, [&](auto copy_element) {

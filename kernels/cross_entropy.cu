@@ -24,6 +24,7 @@ namespace {
 // the logits. The block then combines the threads' pairs: the row max M, then sum of s * exp(m - M).
 template <typename T, int kVec>
 __global__ void cross_entropy_forward_kernel(CrossEntropyForwardParams params) {
+  start_after_previous_kernel();
   const int64_t row = blockIdx.x;
   const int vocab = static_cast<int>(params.vocab);
   const T* logits = static_cast<const T*>(params.logits) + row * params.vocab;
@@ -66,6 +67,7 @@ __global__ void cross_entropy_forward_kernel(CrossEntropyForwardParams params) {
 // t, t + blockDim.x, ..., and block_reduce combines the threads in a fixed order, so the mean is
 // bitwise reproducible. The count is a float: exact up to 2^24 rows, far beyond a batch's.
 __global__ void cross_entropy_mean_kernel(CrossEntropyForwardParams params) {
+  start_after_previous_kernel();
   float sum = 0.0f;
   float count = 0.0f;
   for (int64_t row = threadIdx.x; row < params.rows; row += blockDim.x) {
@@ -84,6 +86,7 @@ __global__ void cross_entropy_mean_kernel(CrossEntropyForwardParams params) {
 
 template <typename T, int kVec>
 __global__ void cross_entropy_backward_kernel(CrossEntropyBackwardParams params) {
+  start_after_previous_kernel();
   const int64_t row = blockIdx.x;
   const int vocab = static_cast<int>(params.vocab);
   const T* logits = static_cast<const T*>(params.logits) + row * params.vocab;
@@ -136,9 +139,11 @@ void forward_for_type(const CrossEntropyForwardParams& params, gpuStream_t strea
   const unsigned grid = static_cast<unsigned>(params.rows);
   if (use_wide<T>(params.vocab, {params.logits})) {
     constexpr int kVec = kWideVec<T>;
-    cross_entropy_forward_kernel<T, kVec><<<grid, row_block_threads<kVec>(params.vocab), 0, stream>>>(params);
+    launch_after_previous(cross_entropy_forward_kernel<T, kVec>, grid, row_block_threads<kVec>(params.vocab), 0, stream,
+                          params);
   } else {
-    cross_entropy_forward_kernel<T, 1><<<grid, row_block_threads<1>(params.vocab), 0, stream>>>(params);
+    launch_after_previous(cross_entropy_forward_kernel<T, 1>, grid, row_block_threads<1>(params.vocab), 0, stream,
+                          params);
   }
 }
 
@@ -147,9 +152,11 @@ void backward_for_type(const CrossEntropyBackwardParams& params, gpuStream_t str
   const unsigned grid = static_cast<unsigned>(params.rows);
   if (use_wide<T>(params.vocab, {params.logits, params.grad_logits})) {
     constexpr int kVec = kWideVec<T>;
-    cross_entropy_backward_kernel<T, kVec><<<grid, row_block_threads<kVec>(params.vocab), 0, stream>>>(params);
+    launch_after_previous(cross_entropy_backward_kernel<T, kVec>, grid, row_block_threads<kVec>(params.vocab), 0,
+                          stream, params);
   } else {
-    cross_entropy_backward_kernel<T, 1><<<grid, row_block_threads<1>(params.vocab), 0, stream>>>(params);
+    launch_after_previous(cross_entropy_backward_kernel<T, 1>, grid, row_block_threads<1>(params.vocab), 0, stream,
+                          params);
   }
 }
 
@@ -161,7 +168,7 @@ LaunchStatus cross_entropy_forward(const CrossEntropyForwardParams& params, DTyp
     dispatch_dtype(dtype, [&](auto element) { forward_for_type<decltype(element)>(params, s); });
   }
   // Runs even for zero rows, so the loss is defined (NaN, like an empty mean) rather than left unwritten.
-  if (params.loss) cross_entropy_mean_kernel<<<1, kMeanThreads, 0, s>>>(params);
+  if (params.loss) launch_after_previous(cross_entropy_mean_kernel, 1, kMeanThreads, 0, s, params);
   return last_launch_status();
 }
 

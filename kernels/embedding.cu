@@ -16,6 +16,7 @@ static_assert(kThreads % kMaxWarpSize == 0 && kListCapacity % kThreads == 0, "wh
 
 template <int kVec, int kRows>
 __global__ void __launch_bounds__(kThreads) embedding_backward_kernel(EmbeddingBackwardParams p) {
+  start_after_previous_kernel();
   static_assert(kRows <= INT8_MAX, "rows_of holds a row of the block in an int8_t");
   // The listed positions, ascending (tokens < 2^31: the op checks), and which of the block's rows each looked up.
   __shared__ int positions[kListCapacity];
@@ -86,9 +87,10 @@ template <int kVec>
 void launch(const EmbeddingBackwardParams& params, gpuStream_t stream) {
   if (params.vocab > kManyBlocks) {
     const auto blocks = static_cast<unsigned>((params.vocab + kRowsWhenMany - 1) / kRowsWhenMany);
-    embedding_backward_kernel<kVec, kRowsWhenMany><<<blocks, kThreads, 0, stream>>>(params);
+    launch_after_previous(embedding_backward_kernel<kVec, kRowsWhenMany>, blocks, kThreads, 0, stream, params);
   } else {
-    embedding_backward_kernel<kVec, 1><<<static_cast<unsigned>(params.vocab), kThreads, 0, stream>>>(params);
+    launch_after_previous(embedding_backward_kernel<kVec, 1>, static_cast<unsigned>(params.vocab), kThreads, 0, stream,
+                          params);
   }
 }
 

@@ -74,6 +74,7 @@ struct ForwardShape {
 // its head to load at or past its first query (one query head per group writes them).
 template <typename T, int kD, int kWarps, int kFrags, bool kRope>
 __global__ void __launch_bounds__(kWarps * kMmaLanes) flash_forward_kernel(FlashForwardParams p) {
+  start_after_previous_kernel();
   using Shape = ForwardShape<kD, kWarps, kFrags, kRope>;
   constexpr int kThreads = Shape::kThreads;
   constexpr int kBlockM = Shape::kBlockM;
@@ -197,6 +198,7 @@ struct BackwardKvShape {
 
 template <typename T, int kD, bool kRope>
 __global__ void __launch_bounds__(BackwardKvShape<kD>::kThreads) flash_backward_kv_kernel(FlashBackwardParams p) {
+  start_after_previous_kernel();
   using Shape = BackwardKvShape<kD>;
   constexpr int kThreads = Shape::kThreads;
   constexpr int kBlockN = Shape::kBlockN;
@@ -310,6 +312,7 @@ struct BackwardQShape {
 
 template <typename T, int kD, bool kRope>
 __global__ void __launch_bounds__(BackwardQShape<kD>::kThreads) flash_backward_q_kernel(FlashBackwardParams p) {
+  start_after_previous_kernel();
   using Shape = BackwardQShape<kD>;
   constexpr int kThreads = Shape::kThreads;
   constexpr int kBlockM = Shape::kBlockM;
@@ -405,7 +408,7 @@ LaunchStatus register_forward_for(const FlashForwardParams& p, gpuStream_t strea
     auto* kernel = flash_forward_kernel<T, kD, 4, kFrags, kRope>;
     const LaunchStatus status = allow_dynamic_shared_memory(kernel, Shape::kBytes);
     if (!status.ok()) return status;
-    kernel<<<grid, Shape::kThreads, Shape::kBytes, stream>>>(p);
+    launch_after_previous(kernel, grid, Shape::kThreads, Shape::kBytes, stream, p);
     return last_launch_status();
   };
   return p.seq >= 1024 ? run(std::integral_constant<int, 2>{}) : run(std::integral_constant<int, 1>{});
@@ -418,7 +421,7 @@ LaunchStatus register_backward_for(const FlashBackwardParams& p, gpuStream_t str
   LaunchStatus status = allow_dynamic_shared_memory(flash_backward_q_kernel<T, kD, kRope>, Q::kBytes);
   if (!status.ok()) return status;
   const dim3 q_grid(blocks_for(p.seq, Q::kBlockM), static_cast<unsigned>(p.q_heads), static_cast<unsigned>(p.batch));
-  flash_backward_q_kernel<T, kD, kRope><<<q_grid, Q::kThreads, Q::kBytes, stream>>>(p);
+  launch_after_previous(flash_backward_q_kernel<T, kD, kRope>, q_grid, Q::kThreads, Q::kBytes, stream, p);
   status = last_launch_status();
   if (!status.ok()) return status;
 
@@ -426,7 +429,7 @@ LaunchStatus register_backward_for(const FlashBackwardParams& p, gpuStream_t str
   status = allow_dynamic_shared_memory(flash_backward_kv_kernel<T, kD, kRope>, Kv::kBytes);
   if (!status.ok()) return status;
   const dim3 kv_grid(blocks_for(p.seq, Kv::kBlockN), static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(p.batch));
-  flash_backward_kv_kernel<T, kD, kRope><<<kv_grid, Kv::kThreads, Kv::kBytes, stream>>>(p);
+  launch_after_previous(flash_backward_kv_kernel<T, kD, kRope>, kv_grid, Kv::kThreads, Kv::kBytes, stream, p);
   return last_launch_status();
 }
 

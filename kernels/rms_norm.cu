@@ -35,6 +35,7 @@ constexpr int64_t kRowsPerPartial = 4;
 // the same columns, so the second reads back the residual_out values this thread itself wrote in the first.
 template <typename T, typename C, int kVec>
 __global__ void rms_norm_forward_kernel(RmsNormForwardParams params) {
+  start_after_previous_kernel();
   const int64_t row = blockIdx.x;
   const int hidden = static_cast<int>(params.hidden);
   const int64_t offset = row * params.hidden;
@@ -79,6 +80,7 @@ __global__ void rms_norm_forward_kernel(RmsNormForwardParams params) {
 //   grad_x = r * (a - x * r^2 * mean(a * x)) [+ grad_residual],   grad_weight = sum over rows of grad_y * x * r.
 template <typename T, typename C, int kVec>
 __global__ void rms_norm_backward_kernel(RmsNormBackwardParams params) {
+  start_after_previous_kernel();
   const int hidden = static_cast<int>(params.hidden);
   const int stride = blockDim.x * kVec;
   // Each thread owns the same columns of this block's partial row for every row it visits, so the
@@ -149,6 +151,7 @@ constexpr int kWeightGradLanes = 16;
 
 __global__ void rms_norm_weight_grad_kernel(const float* partial, int64_t num_partials, int64_t hidden,
                                             float* grad_weight) {
+  start_after_previous_kernel();
   __shared__ float lane_sums[kWeightGradLanes][kWeightGradColumns];
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kWeightGradColumns + threadIdx.x;
   float sum = 0.0f;
@@ -217,8 +220,8 @@ void forward_for_types(const RmsNormForwardParams& params, gpuStream_t stream) {
       use_wide_rows<T, C>(params.hidden, {params.x, params.residual_out}, {params.delta, params.y}, {params.weight});
   auto launch = [&](auto vec) {
     constexpr int kVec = decltype(vec)::value;
-    rms_norm_forward_kernel<T, C, kVec>
-        <<<static_cast<unsigned>(params.rows), row_block_threads<kVec>(params.hidden), 0, stream>>>(params);
+    launch_after_previous(rms_norm_forward_kernel<T, C, kVec>, static_cast<unsigned>(params.rows),
+                          row_block_threads<kVec>(params.hidden), 0, stream, params);
   };
   if (wide) {
     launch(std::integral_constant<int, kWideVec<T>>{});
@@ -233,8 +236,8 @@ void backward_for_types(const RmsNormBackwardParams& params, gpuStream_t stream)
                                         {params.grad_y, params.grad_delta}, {params.weight, params.weight_grad_partial});
   auto launch = [&](auto vec) {
     constexpr int kVec = decltype(vec)::value;
-    rms_norm_backward_kernel<T, C, kVec>
-        <<<static_cast<unsigned>(params.num_partials), row_block_threads<kVec>(params.hidden), 0, stream>>>(params);
+    launch_after_previous(rms_norm_backward_kernel<T, C, kVec>, static_cast<unsigned>(params.num_partials),
+                          row_block_threads<kVec>(params.hidden), 0, stream, params);
   };
   if (wide) {
     launch(std::integral_constant<int, kWideVec<T>>{});
@@ -265,8 +268,8 @@ LaunchStatus rms_norm_backward(const RmsNormBackwardParams& params, DType residu
   dispatch_pair(residual, compute, [&](auto t, auto c) { backward_for_types<decltype(t), decltype(c)>(params, s); });
   const dim3 block(kWeightGradColumns, kWeightGradLanes);
   const dim3 grid(static_cast<unsigned>((params.hidden + kWeightGradColumns - 1) / kWeightGradColumns));
-  rms_norm_weight_grad_kernel<<<grid, block, 0, s>>>(params.weight_grad_partial, params.num_partials, params.hidden,
-                                                     params.grad_weight);
+  launch_after_previous(rms_norm_weight_grad_kernel, grid, block, 0, s, params.weight_grad_partial, params.num_partials,
+                        params.hidden, params.grad_weight);
   return last_launch_status();
 }
 

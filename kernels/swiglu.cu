@@ -32,6 +32,7 @@ __device__ __forceinline__ void swiglu_grads(float go, float g, float u, float& 
 
 template <typename T, int kVec>
 __global__ void swiglu_forward_kernel(SwigluForwardParams params) {
+  start_after_previous_kernel();
   const int64_t row = blockIdx.x;
   const int ffn = static_cast<int>(params.ffn);
   const T* gate = static_cast<const T*>(params.gate_up) + row * 2 * params.ffn;
@@ -50,6 +51,7 @@ __global__ void swiglu_forward_kernel(SwigluForwardParams params) {
 
 template <typename T, int kVec>
 __global__ void swiglu_backward_kernel(SwigluBackwardParams params) {
+  start_after_previous_kernel();
   const int64_t row = blockIdx.x;
   const int ffn = static_cast<int>(params.ffn);
   const T* grad_out = static_cast<const T*>(params.grad_out) + row * params.ffn;
@@ -81,6 +83,7 @@ __global__ void swiglu_backward_kernel(SwigluBackwardParams params) {
 // touches as many memory segments as it has lanes.
 template <typename T>
 __global__ void swiglu_strided_forward_kernel(SwigluStridedParams params) {
+  start_after_previous_kernel();
   const T* gate_up = static_cast<const T*>(params.gate_up);
   T* out = static_cast<T*>(params.out);
   const int64_t total = params.rows * params.ffn;
@@ -95,6 +98,7 @@ __global__ void swiglu_strided_forward_kernel(SwigluStridedParams params) {
 
 template <typename T>
 __global__ void swiglu_strided_backward_kernel(SwigluStridedParams params) {
+  start_after_previous_kernel();
   const T* gate_up = static_cast<const T*>(params.gate_up);
   const T* grad_out = static_cast<const T*>(params.grad_out);
   T* grad_gate_up = static_cast<T*>(params.out);
@@ -130,9 +134,9 @@ void forward_for_type(const SwigluForwardParams& params, gpuStream_t stream) {
   const unsigned grid = static_cast<unsigned>(params.rows);
   if (use_wide<T>(params.ffn, {params.gate_up, params.out})) {
     constexpr int kVec = kWideVec<T>;
-    swiglu_forward_kernel<T, kVec><<<grid, row_block_threads<kVec>(params.ffn), 0, stream>>>(params);
+    launch_after_previous(swiglu_forward_kernel<T, kVec>, grid, row_block_threads<kVec>(params.ffn), 0, stream, params);
   } else {
-    swiglu_forward_kernel<T, 1><<<grid, row_block_threads<1>(params.ffn), 0, stream>>>(params);
+    launch_after_previous(swiglu_forward_kernel<T, 1>, grid, row_block_threads<1>(params.ffn), 0, stream, params);
   }
 }
 
@@ -141,9 +145,10 @@ void backward_for_type(const SwigluBackwardParams& params, gpuStream_t stream) {
   const unsigned grid = static_cast<unsigned>(params.rows);
   if (use_wide<T>(params.ffn, {params.grad_out, params.gate_up, params.grad_gate_up})) {
     constexpr int kVec = kWideVec<T>;
-    swiglu_backward_kernel<T, kVec><<<grid, row_block_threads<kVec>(params.ffn), 0, stream>>>(params);
+    launch_after_previous(swiglu_backward_kernel<T, kVec>, grid, row_block_threads<kVec>(params.ffn), 0, stream,
+                          params);
   } else {
-    swiglu_backward_kernel<T, 1><<<grid, row_block_threads<1>(params.ffn), 0, stream>>>(params);
+    launch_after_previous(swiglu_backward_kernel<T, 1>, grid, row_block_threads<1>(params.ffn), 0, stream, params);
   }
 }
 
@@ -161,7 +166,8 @@ LaunchStatus swiglu_strided_forward(const SwigluStridedParams& params, DType dty
   if (params.rows == 0) return {};
   const gpuStream_t s = to_stream(stream);
   dispatch_dtype(dtype, [&](auto element) {
-    swiglu_strided_forward_kernel<decltype(element)><<<strided_grid(params), kStridedBlockThreads, 0, s>>>(params);
+    launch_after_previous(swiglu_strided_forward_kernel<decltype(element)>, strided_grid(params), kStridedBlockThreads,
+                          0, s, params);
   });
   return last_launch_status();
 }
@@ -170,7 +176,8 @@ LaunchStatus swiglu_strided_backward(const SwigluStridedParams& params, DType dt
   if (params.rows == 0) return {};
   const gpuStream_t s = to_stream(stream);
   dispatch_dtype(dtype, [&](auto element) {
-    swiglu_strided_backward_kernel<decltype(element)><<<strided_grid(params), kStridedBlockThreads, 0, s>>>(params);
+    launch_after_previous(swiglu_strided_backward_kernel<decltype(element)>, strided_grid(params), kStridedBlockThreads,
+                          0, s, params);
   });
   return last_launch_status();
 }

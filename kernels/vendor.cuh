@@ -28,6 +28,16 @@ struct LaunchStatus {
   bool ok() const { return error == nullptr; }
 };
 
+// Programmatic dependent launch of our kernels (launch_after_previous, in the GPU part below): on by default,
+// off for the whole process with TT_PROGRAMMATIC_LAUNCH=0 in the environment or set_programmatic_launch(false)
+// (tests compare both; kernel times in a profile mean something else with it on: docs/training.md). Defined in
+// vendor.cu. programmatic_launch_available: on, and the current GPU has it (compute capability 9.0 or more, a
+// CUDA build); remembered per device. An environment value other than 0 or 1 is refused (std::invalid_argument)
+// at the first launch.
+void set_programmatic_launch(bool on);
+bool programmatic_launch_enabled();
+bool programmatic_launch_available();
+
 // The largest wave on any GPU we target (AMD CDNA runs 64 lanes per wave, NVIDIA 32 per warp).
 // Host code sizes every block as a multiple of this, so a block is a whole number of warps on both
 // vendors. Host code must never use the device-side warp_size() below: see its comment.
@@ -105,6 +115,51 @@ inline LaunchStatus allow_dynamic_shared_memory(Kernel* kernel, int bytes) {
   const gpuError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 #endif
   return error == kGpuSuccess ? LaunchStatus{} : LaunchStatus{gpu_error_string(error)};
+}
+
+// =================================================================================================
+// Programmatic dependent launch (NVIDIA sm_90+)
+// =================================================================================================
+//
+// A kernel launched by launch_after_previous() may start while the kernel before it on the stream is still
+// finishing: the launch itself and the placing of its blocks on SMs overlap the other's last blocks and its
+// completion. What must not overlap is left to the kernel: each one launched this way begins with
+// start_after_previous_kernel(), which waits until the previous kernel has completed and its writes are visible
+// (griddepcontrol.wait), before any of its own global reads or writes; then lets the kernel after it launch the
+// same way (griddepcontrol.launch_dependents). Because that comes after the wait, no kernel starts before the one
+// two places earlier has completed. Where the launch is not programmatic (HIP, GPUs before sm_90, kernels of
+// other libraries) both instructions do nothing, and the stream orders kernels as usual.
+
+__device__ __forceinline__ void start_after_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, shared_bytes, stream>>>(args...), as a programmatic dependent launch where available.
+// The kernel must begin with start_after_previous_kernel().
+// A rejected launch is reported, as any other, by the next last_launch_status().
+template <typename... Params, typename... Args>
+inline void launch_after_previous(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                                  gpuStream_t stream, Args... args) {
+#if !defined(__HIP__)
+  if (programmatic_launch_available()) {
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+    return;
+  }
+#endif
+  kernel<<<grid, block, shared_bytes, stream>>>(static_cast<Params>(args)...);
 }
 
 // =================================================================================================

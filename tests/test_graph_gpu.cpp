@@ -1,6 +1,6 @@
 // The v4 stage's whole-step graph (label `gpu`; skipped without a GPU): replays give the losses of the
-// same step run eagerly, the result says how the step ran, profiling sees the graph's kernels, and a run
-// too short to capture during its warm-up is refused.
+// same step run eagerly, launching our kernels programmatically changes no loss, the result says how the step
+// ran, profiling sees the graph's kernels, and a run too short to capture during its warm-up is refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +8,7 @@
 
 #include "apps/train/run_result.h"
 #include "apps/train/training_run.h"
+#include "kernels/ops/common.h"
 #include "tests/helpers.h"
 
 namespace tt {
@@ -50,6 +51,28 @@ TEST(GraphGpu, ReplaysGiveTheEagerLossesOverTwentySteps) {
     EXPECT_NE(eagerly["stage"]["components"]["step"].get<std::string>().find("eager"), std::string::npos);
     EXPECT_NO_THROW(validate_result_json(graphed));
   }
+}
+
+// Programmatic dependent launch (kernels/vendor.cuh) changes when our kernels start, never what they compute:
+// twenty steps give the same losses, bit for bit, with it off and on, graphed and eagerly. A kernel launched
+// early that read or wrote before its wait for the previous kernel would race, and move the losses.
+TEST(GraphGpu, ProgrammaticLaunchChangesNoLoss) {
+  TT_REQUIRE_GPU();
+  const bool was_enabled = ops::programmatic_launch_enabled();
+  ops::set_programmatic_launch(true);
+  std::cout << "[programmatic launch] available on this GPU: " << ops::programmatic_launch_available() << std::endl;
+  for (Precision precision : {Precision::kFp32, Precision::kBf16})
+    for (const bool graph : {true, false}) {
+      const StageSpec stage = graph ? stages::v4_ultra() : testing::eager_step(stages::v4_ultra());
+      std::ostringstream log;
+      ops::set_programmatic_launch(false);
+      const auto off = train_result(stage, twenty_steps(precision), kGpu, log);
+      ops::set_programmatic_launch(true);
+      const auto on = train_result(stage, twenty_steps(precision), kGpu, log);
+      ASSERT_EQ(off["losses"].size(), 20u);
+      EXPECT_EQ(off["losses"], on["losses"]) << to_string(precision) << (graph ? ", graphed" : ", eager");
+    }
+  ops::set_programmatic_launch(was_enabled);
 }
 
 TEST(GraphGpu, ProfileSeesTheGraphsKernels) {

@@ -17,6 +17,30 @@ namespace tt::ops {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// Our kernels as programmatic dependent launches on sm_90+ (kernels/vendor.cuh): on by default, off for the whole
+// process here or with TT_PROGRAMMATIC_LAUNCH=0. Builds without GPU kernels have nothing to switch.
+inline void set_programmatic_launch(bool on) {
+#ifdef TT_HAVE_GPU_KERNELS
+  kernels::set_programmatic_launch(on);
+#else
+  (void)on;
+#endif
+}
+inline bool programmatic_launch_available() {
+#ifdef TT_HAVE_GPU_KERNELS
+  return kernels::programmatic_launch_available();
+#else
+  return false;
+#endif
+}
+inline bool programmatic_launch_enabled() {
+#ifdef TT_HAVE_GPU_KERNELS
+  return kernels::programmatic_launch_enabled();
+#else
+  return false;
+#endif
+}
+
 }  // namespace tt::ops
 
 namespace tt::ops::detail {
