@@ -31,11 +31,13 @@ struct LaunchStatus {
 // Programmatic dependent launch of our kernels (launch_after_previous, in the GPU part below): on by default,
 // off for the whole process with TT_PROGRAMMATIC_LAUNCH=0 in the environment or set_programmatic_launch(false)
 // (tests compare both; kernel times in a profile mean something else with it on: docs/training.md). Defined in
-// vendor.cu. programmatic_launch_available: on, and the current GPU has it (compute capability 9.0 or more, a
-// CUDA build); remembered per device. An environment value other than 0 or 1 is refused (std::invalid_argument)
-// at the first launch.
+// vendor.cu. An environment value other than 0 or 1 is refused (std::invalid_argument) at the first of these
+// calls. programmatic_launch_available: on, and the current GPU runs this build's sm_90a code (an sm_90 GPU, a
+// build whose architectures include 9.0a), the only code of ours that waits; remembered per device.
 void set_programmatic_launch(bool on);
 bool programmatic_launch_enabled();
+// The environment's value read as the switch: unset or empty is on; anything but 0 or 1 is refused.
+bool programmatic_launch_setting_from(const char* value);
 bool programmatic_launch_available();
 
 // The largest wave on any GPU we target (AMD CDNA runs 64 lanes per wave, NVIDIA 32 per warp).
@@ -126,9 +128,10 @@ inline LaunchStatus allow_dynamic_shared_memory(Kernel* kernel, int bytes) {
 // completion. What must not overlap is left to the kernel: each one launched this way begins with
 // start_after_previous_kernel(), which waits until the previous kernel has completed and its writes are visible
 // (griddepcontrol.wait), before any of its own global reads or writes; then lets the kernel after it launch the
-// same way (griddepcontrol.launch_dependents). Because that comes after the wait, no kernel starts before the one
-// two places earlier has completed. Where the launch is not programmatic (HIP, GPUs before sm_90, kernels of
-// other libraries) both instructions do nothing, and the stream orders kernels as usual.
+// same way (griddepcontrol.launch_dependents: that kernel launches once every block of this one has issued it or
+// exited). Because that comes after the wait, no kernel starts before the one two places earlier has completed.
+// Where the launch is not programmatic (HIP, programmatic_launch_available() false, kernels of other libraries)
+// both instructions do nothing, and the stream orders kernels as usual.
 
 __device__ __forceinline__ void start_after_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -138,11 +141,11 @@ __device__ __forceinline__ void start_after_previous_kernel() {
 }
 
 // kernel<<<grid, block, shared_bytes, stream>>>(args...), as a programmatic dependent launch where available.
-// The kernel must begin with start_after_previous_kernel().
-// A rejected launch is reported, as any other, by the next last_launch_status().
+// The kernel must begin with start_after_previous_kernel(). A rejected launch is reported, as any other, by the
+// next last_launch_status().
 template <typename... Params, typename... Args>
 inline void launch_after_previous(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
-                                  gpuStream_t stream, Args... args) {
+                                  gpuStream_t stream, const Args&... args) {
 #if !defined(__HIP__)
   if (programmatic_launch_available()) {
     cudaLaunchAttribute attribute;
@@ -155,11 +158,11 @@ inline void launch_after_previous(void (*kernel)(Params...), dim3 grid, dim3 blo
     config.stream = stream;
     config.attrs = &attribute;
     config.numAttrs = 1;
-    (void)cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+    (void)cudaLaunchKernelEx(&config, kernel, args...);
     return;
   }
 #endif
-  kernel<<<grid, block, shared_bytes, stream>>>(static_cast<Params>(args)...);
+  kernel<<<grid, block, shared_bytes, stream>>>(args...);
 }
 
 // =================================================================================================

@@ -8,9 +8,11 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "kernels/ops/common.h"
 #include "kernels/ops/cross_entropy.h"
 #include "kernels/ops/embedding.h"
 #include "kernels/ops/naive_swiglu.h"
@@ -579,6 +581,28 @@ TEST(OpsCpu, LinearCrossEntropyRejectsBadInputs) {
                "chunk_rows must be > 0, got 0");
   expect_error([&] { tt::ops::linear_cross_entropy(hidden, torch::randn({9, 6}), labels.narrow(0, 0, 3), -100, 2); },
                "labels must have shape [4]");
+}
+
+// The environment's switch of programmatic launch (kernels/vendor.cuh; the apps ask before any GPU work): unset or
+// empty is on, 0 and 1 are read, anything else is refused naming the variable, the value and what is allowed.
+TEST(OpsCpu, ProgrammaticLaunchSettingAcceptsOnlyZeroOrOne) {
+#ifndef TT_HAVE_GPU_KERNELS
+  GTEST_SKIP() << "no GPU kernels in this build: nothing to switch";
+#else
+  EXPECT_TRUE(tt::kernels::programmatic_launch_setting_from(nullptr));
+  EXPECT_TRUE(tt::kernels::programmatic_launch_setting_from(""));
+  EXPECT_TRUE(tt::kernels::programmatic_launch_setting_from("1"));
+  EXPECT_FALSE(tt::kernels::programmatic_launch_setting_from("0"));
+  for (const char* bad : {"2", "on", "00", " 1"}) {
+    try {
+      tt::kernels::programmatic_launch_setting_from(bad);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "TT_PROGRAMMATIC_LAUNCH='" + std::string(bad) + "' is not allowed: 0 (off) or 1 (on, the default)");
+    }
+  }
+#endif
 }
 
 }  // namespace

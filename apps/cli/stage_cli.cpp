@@ -1,5 +1,7 @@
 #include "apps/cli/stage_cli.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -9,12 +11,13 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
-#include <unistd.h>
+#include <stdexcept>
 
 #include "apps/cli/command_line.h"
 #include "apps/train/device.h"
 #include "apps/train/profiling.h"
 #include "apps/train/system_info.h"
+#include "kernels/ops/common.h"
 
 namespace tt {
 namespace {
@@ -193,6 +196,11 @@ ParsedCommandLine parse_command_line(const std::string& program, const std::vect
         message += " (set by --" + std::string(field.flag) + ")";
     if (message == e.what() && r.count("config")) message += " (in " + r["config"].as<std::string>() + ")";
     throw ConfigError(message);
+  }
+  try {
+    ops::check_programmatic_launch_environment();
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string("environment: ") + e.what());
   }
 
   RunOptions& o = parsed.options;

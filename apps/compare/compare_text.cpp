@@ -119,7 +119,10 @@ constexpr const char* kColumnNotes =
 constexpr const char* kBreakdownNote =
     "GPU ms per step by kernel category from each result's --profile steps (apps/compare/kernel_categories.cpp "
     "names the rule); GPU busy: the union of the kernels' intervals; concurrent: kernel time that ran beside other "
-    "kernels on a second stream (the overlapped optimizer), so the categories add up to GPU busy + concurrent; "
+    "kernels on a second stream (the overlapped optimizer) or, launched programmatically (sm_90+, "
+    "system.programmatic_launch), "
+    "while the kernel before it finished: its interval then includes its wait, so busy and the categories overstate "
+    "the kernels' work; the categories add up to GPU busy + concurrent; "
     "host gap: median step time - GPU busy, the time the GPU waited for the host";
 constexpr size_t kOtherKernelsListed = 5;
 

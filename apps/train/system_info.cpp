@@ -1,5 +1,6 @@
 #include "apps/train/system_info.h"
 
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <array>
@@ -7,9 +8,8 @@
 #include <ctime>
 #include <sstream>
 
-#include <torch/version.h>
-
 #include "apps/train/device.h"
+#include "kernels/ops/common.h"
 
 #if defined(TT_BACKEND_CUDA)
 #include <cuda_runtime_api.h>
@@ -84,6 +84,8 @@ SystemInfo collect_system_info(const torch::Device& device) {
   if (device.is_cuda()) {
     gpu_details(info, index_of(device));
     info.device_memory_mb = total_device_memory(device) >> 20;
+    const c10::DeviceGuard on_device(device);
+    info.programmatic_launch = ops::programmatic_launch_available();
   }
   info.libtorch_version = TORCH_VERSION;
 #if defined(__clang__)
@@ -113,7 +115,8 @@ nlohmann::json to_json(const SystemInfo& i) {
           {"compiler", i.compiler},
           {"git_commit", i.git_commit},
           {"hostname", i.hostname},
-          {"timestamp", i.timestamp}};
+          {"timestamp", i.timestamp},
+          {"programmatic_launch", i.programmatic_launch}};
 }
 
 std::string doctor_report() {

@@ -20,6 +20,10 @@ struct SystemInfo {
   std::string git_commit;
   std::string hostname;
   std::string timestamp;       // UTC, ISO 8601
+  // Whether our kernels were launched as programmatic dependent launches (kernels/vendor.cuh: sm_90 with an sm_90a
+  // build, unless TT_PROGRAMMATIC_LAUNCH=0); profiles' kernel times then include each kernel's wait for the one
+  // before it.
+  bool programmatic_launch = false;
 };
 
 SystemInfo collect_system_info(const torch::Device& device);

@@ -40,6 +40,9 @@ inline bool programmatic_launch_enabled() {
   return false;
 #endif
 }
+// Refuses a TT_PROGRAMMATIC_LAUNCH other than 0 or 1 (std::invalid_argument naming it): the apps call this before
+// any GPU work. Builds without GPU kernels have nothing to switch and accept any value.
+inline void check_programmatic_launch_environment() { (void)programmatic_launch_enabled(); }
 
 }  // namespace tt::ops
 
