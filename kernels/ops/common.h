@@ -19,29 +19,17 @@ using torch::autograd::variable_list;
 
 // Our kernels as programmatic dependent launches on sm_90+ (kernels/vendor.cuh): on by default, off for the whole
 // process here or with TT_PROGRAMMATIC_LAUNCH=0. Builds without GPU kernels have nothing to switch.
-inline void set_programmatic_launch(bool on) {
 #ifdef TT_HAVE_GPU_KERNELS
-  kernels::set_programmatic_launch(on);
+inline void set_programmatic_launch(bool on) { kernels::set_programmatic_launch(on); }
+inline bool programmatic_launch_enabled() { return kernels::programmatic_launch_enabled(); }
+inline bool programmatic_launch_available() { return kernels::programmatic_launch_available(); }
 #else
-  (void)on;
+inline void set_programmatic_launch(bool) {}
+inline bool programmatic_launch_enabled() { return false; }
+inline bool programmatic_launch_available() { return false; }
 #endif
-}
-inline bool programmatic_launch_available() {
-#ifdef TT_HAVE_GPU_KERNELS
-  return kernels::programmatic_launch_available();
-#else
-  return false;
-#endif
-}
-inline bool programmatic_launch_enabled() {
-#ifdef TT_HAVE_GPU_KERNELS
-  return kernels::programmatic_launch_enabled();
-#else
-  return false;
-#endif
-}
 // Refuses a TT_PROGRAMMATIC_LAUNCH other than 0 or 1 (std::invalid_argument naming it): the apps call this before
-// any GPU work. Builds without GPU kernels have nothing to switch and accept any value.
+// any GPU work. Builds without GPU kernels accept any value.
 inline void check_programmatic_launch_environment() { (void)programmatic_launch_enabled(); }
 
 }  // namespace tt::ops
