@@ -133,11 +133,19 @@ inline LaunchStatus allow_dynamic_shared_memory(Kernel* kernel, int bytes) {
 // Where the launch is not programmatic (HIP, programmatic_launch_available() false, kernels of other libraries)
 // both instructions do nothing, and the stream orders kernels as usual.
 
-__device__ __forceinline__ void start_after_previous_kernel() {
+__device__ __forceinline__ void wait_for_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void let_next_kernel_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+__device__ __forceinline__ void start_after_previous_kernel() {
+  wait_for_previous_kernel();
+  let_next_kernel_launch();
 }
 
 // kernel<<<grid, block, shared_bytes, stream>>>(args...), as a programmatic dependent launch where available.
