@@ -32,8 +32,6 @@
 // table rows come through the same cp.async stages), and writes the rotated q and k once (each block its own
 // positions). The backward reads those and rotates dQ and dK back by the opposite angle before writing them, so
 // callers pass the unrotated q and k (views of the fused QKV projection) and get their gradients.
-#include <cstdlib>
-
 #include "flash_attention.cuh"
 #include "flash_fragments.cuh"
 
@@ -312,12 +310,14 @@ struct BackwardQShape {
   static constexpr int kBytes = kStage + 2 * kStageBytes;
 };
 
-template <typename T, int kD, bool kRope, bool kLateTrigger = false>  // AB-TEMP kLateTrigger
+// The dK/dV kernel comes next. Let it launch only after this block's main loop (let_next_kernel_launch below),
+// not at the start: launched during this kernel's main loop, it ran slower (in a trace, the pair took 25.7 us a
+// layer where it took 17.9 without programmatic launch; why was not profiled). H200, v4 workshop bf16, alternated
+// three times in one call: a step of 1.2996-1.3018 ms with the late trigger, 1.3044-1.3055 with the dK/dV kernel
+// launched the usual way, 1.3576-1.3631 with both triggers at the start.
+template <typename T, int kD, bool kRope>
 __global__ void __launch_bounds__(BackwardQShape<kD>::kThreads) flash_backward_q_kernel(FlashBackwardParams p) {
-  if constexpr (kLateTrigger)
-    wait_for_previous_kernel();
-  else
-    start_after_previous_kernel();
+  wait_for_previous_kernel();
   using Shape = BackwardQShape<kD>;
   constexpr int kThreads = Shape::kThreads;
   constexpr int kBlockM = Shape::kBlockM;
@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(BackwardQShape<kD>::kThreads) flash_backward_q
     mma_ab<T, kD, kBlockN>(grad_q, a, k_tile(j), 0);  // dQ += dS K
   }
 
-  if constexpr (kLateTrigger) let_next_kernel_launch();
+  let_next_kernel_launch();
   // Each warp stages its own 16 rows over the Q tile, which only that warp reads.
   __syncwarp();
   stage_rows<T, kD>(q_tile, 16 * warp(), grad_q, scale, q0, seq, kRope ? p.rope_cos : nullptr, p.rope_sin);
@@ -424,15 +424,10 @@ LaunchStatus register_forward_for(const FlashForwardParams& p, gpuStream_t strea
 template <typename T, int kD, bool kRope>
 LaunchStatus register_backward_for(const FlashBackwardParams& p, gpuStream_t stream) {
   using Q = BackwardQShape<kD>;
-  // AB-TEMP TT_AB_PDL_ATTN: 1 launches the dK/dV kernel the usual way; 2 lets the dQ kernel's dependents launch
-  // only after its main loop.
-  const char* ab = std::getenv("TT_AB_PDL_ATTN");
-  const int variant = ab == nullptr ? 0 : ab[0] - '0';
-  auto* q_kernel = variant == 2 ? flash_backward_q_kernel<T, kD, kRope, true> : flash_backward_q_kernel<T, kD, kRope>;
-  LaunchStatus status = allow_dynamic_shared_memory(q_kernel, Q::kBytes);
+  LaunchStatus status = allow_dynamic_shared_memory(flash_backward_q_kernel<T, kD, kRope>, Q::kBytes);
   if (!status.ok()) return status;
   const dim3 q_grid(blocks_for(p.seq, Q::kBlockM), static_cast<unsigned>(p.q_heads), static_cast<unsigned>(p.batch));
-  launch_after_previous(q_kernel, q_grid, Q::kThreads, Q::kBytes, stream, p);
+  launch_after_previous(flash_backward_q_kernel<T, kD, kRope>, q_grid, Q::kThreads, Q::kBytes, stream, p);
   status = last_launch_status();
   if (!status.ok()) return status;
 
@@ -440,10 +435,7 @@ LaunchStatus register_backward_for(const FlashBackwardParams& p, gpuStream_t str
   status = allow_dynamic_shared_memory(flash_backward_kv_kernel<T, kD, kRope>, Kv::kBytes);
   if (!status.ok()) return status;
   const dim3 kv_grid(blocks_for(p.seq, Kv::kBlockN), static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(p.batch));
-  if (variant == 1)
-    flash_backward_kv_kernel<T, kD, kRope><<<kv_grid, Kv::kThreads, Kv::kBytes, stream>>>(p);
-  else
-    launch_after_previous(flash_backward_kv_kernel<T, kD, kRope>, kv_grid, Kv::kThreads, Kv::kBytes, stream, p);
+  launch_after_previous(flash_backward_kv_kernel<T, kD, kRope>, kv_grid, Kv::kThreads, Kv::kBytes, stream, p);
   return last_launch_status();
 }
 
