@@ -43,6 +43,7 @@ __device__ __forceinline__ void store_elements(T* ptr, const Pack<T, kVec>& pack
 
 template <typename T, bool kWide, bool kInverse>
 __global__ void rope_kernel(RopeParams params) {
+  start_after_previous_kernel();
   constexpr int kVec = kWide ? kWideVec<T> : 2;
   constexpr int kPairs = kVec / 2;
   const int64_t token = blockIdx.x;
@@ -122,9 +123,9 @@ LaunchStatus launch(const RopeParams& params, DType dtype, void* stream) {
     const int threads = block_threads_for(items, 256);
     const unsigned grid = static_cast<unsigned>(tokens);
     if (wide) {
-      rope_kernel<T, true, kInverse><<<grid, threads, 0, s>>>(params);
+      launch_after_previous(rope_kernel<T, true, kInverse>, grid, threads, 0, s, params);
     } else {
-      rope_kernel<T, false, kInverse><<<grid, threads, 0, s>>>(params);
+      launch_after_previous(rope_kernel<T, false, kInverse>, grid, threads, 0, s, params);
     }
   });
   return last_launch_status();

@@ -130,19 +130,31 @@ inline LaunchStatus allow_dynamic_shared_memory(Kernel* kernel, int bytes) {
 // (griddepcontrol.wait), before any of its own global reads or writes; then lets the kernel after it launch the
 // same way (griddepcontrol.launch_dependents: that kernel launches once every block of this one has issued it or
 // exited). Because that comes after the wait, no kernel starts before the one two places earlier has completed.
-// Where the launch is not programmatic (HIP, programmatic_launch_available() false, kernels of other libraries)
-// both instructions do nothing, and the stream orders kernels as usual.
+// A kernel whose successor should not share its SMs for long calls the two halves itself, the second later
+// (the attention's dQ kernel: flash_attention.cu). Where the launch is not programmatic (HIP,
+// programmatic_launch_available() false, kernels of other libraries) both instructions do nothing, and the stream
+// orders kernels as usual.
 
-__device__ __forceinline__ void start_after_previous_kernel() {
+// griddepcontrol.wait: before this kernel's first global read or write.
+__device__ __forceinline__ void wait_for_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// griddepcontrol.launch_dependents: only after wait_for_previous_kernel().
+__device__ __forceinline__ void let_next_kernel_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+__device__ __forceinline__ void start_after_previous_kernel() {
+  wait_for_previous_kernel();
+  let_next_kernel_launch();
+}
 
 // kernel<<<grid, block, shared_bytes, stream>>>(args...), as a programmatic dependent launch where available.
-// The kernel must begin with start_after_previous_kernel(). A rejected launch is reported, as any other, by the
-// next last_launch_status().
+// The kernel must begin with start_after_previous_kernel() (or wait_for_previous_kernel()). A rejected launch is
+// reported, as any other, by the next last_launch_status().
 template <typename... Params, typename... Args>
 inline void launch_after_previous(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
                                   gpuStream_t stream, const Args&... args) {
