@@ -123,7 +123,8 @@ constexpr const char* kBreakdownNote =
     "system.programmatic_launch), "
     "while the kernel before it finished: its interval then includes its wait, so busy and the categories overstate "
     "the kernels' work; the categories add up to GPU busy + concurrent; "
-    "host gap: median step time - GPU busy, the time the GPU waited for the host";
+    "host gap: median step time - GPU busy: the time the GPU waited for the host, or, where the measured steps ran "
+    "slower than the profiled ones (a GPU at its power limit), partly that difference";
 constexpr size_t kOtherKernelsListed = 5;
 
 std::vector<std::string> breakdown_headers() {

@@ -135,7 +135,8 @@ std::string time_breakdown_section(const Comparison& c) {
       "concurrent is the time kernels ran beside others on a second stream (our optimizer overlapped with the "
       "backward) or, launched programmatically (sm_90+, system.programmatic_launch), beside the kernel before them, "
       "whose end they wait for inside their own interval (busy and the categories then overstate the work); host gap: "
-      "the median step time minus GPU busy, the time the GPU waited for the host.</p>\n";
+      "the median step time minus GPU busy: the time the GPU waited for the host, or, where the measured steps ran "
+      "slower than the profiled ones (a GPU at its power limit), partly that difference.</p>\n";
   for (const auto& r : c.rows) {
     if (!r.breakdown || r.breakdown->other_kernels.empty()) continue;
     out += "<details><summary>" + xml_escape(r.label) + ": " + std::to_string(r.breakdown->other_kernels.size()) +

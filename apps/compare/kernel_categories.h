@@ -46,7 +46,8 @@ struct TimeBreakdown {
   // optimizer overlapped with the backward). The categories add up to gpu_busy_ms + concurrent_ms.
   double concurrent_ms = 0;
   double step_ms = 0;      // the measured steps' median (summary.step_ms.median)
-  // step_ms - gpu_busy_ms, at least 0: time the GPU waited for the host (launches, syncs).
+  // step_ms - gpu_busy_ms, at least 0: time the GPU waited for the host (launches, syncs), or partly that the
+  // measured steps ran slower than the profiled ones (docs/running.md#where-the-time-goes).
   double host_gap_ms = 0;
   // Kernels in kOther by GPU time, largest first: name and ms per step (the rule's blind spots, shown).
   std::vector<std::pair<std::string, double>> other_kernels;
