@@ -274,7 +274,8 @@ double draw_breakdown(Svg& svg, const Comparison& c, double y) {
       });
   if (concurrent) {
     svg.text(20, row_y + 4,
-             "* kernels ran at once on two streams (an overlapped optimizer): the categories add up to more than GPU busy",
+             "* kernels ran at once (on two streams, or launched programmatically on sm_90+): the categories add up "
+             "to more than GPU busy",
              "font-size=\"12\" fill=\"#666\"");
     row_y += 18;
   }
