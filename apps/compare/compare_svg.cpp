@@ -131,7 +131,10 @@ Panel memory_panel(const Comparison& c) {
 }
 
 Panel energy_panel(const Comparison& c) {
-  Panel p{"GPU energy per step (J, lower is better)", "the GPU's energy counter over the measured steps", {}, {}};
+  Panel p{"GPU energy per step (J, lower is better)",
+          "the GPU's energy counter over the measured steps (or extra ones); W: the mean draw over that window",
+          {},
+          {}};
   for (const auto& r : c.rows) {
     p.values.push_back(r.energy_j_per_step.value_or(0));
     p.labels.push_back(
