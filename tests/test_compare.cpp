@@ -13,6 +13,7 @@
 #include "apps/compare/compare_svg.h"
 #include "apps/compare/compare_text.h"
 #include "apps/compare/exercise.h"
+#include "apps/compare/html_report.h"
 #include "apps/results/result_file.h"
 #include "tests/helpers.h"
 
@@ -327,6 +328,35 @@ TEST(Compare, WritesMarkdownCsvAndSvg) {
   };
   EXPECT_EQ(count("<text"), count("</text>"));
   EXPECT_EQ(count("<rect x="), count("</rect>"));
+}
+
+// The energy window's mean power reaches the chart's label, the CSV and the report; a result written before that
+// field (the fixtures) shows none and leaves its CSV cell empty.
+TEST(Compare, MeanPowerOfTheEnergyWindowIsShownWhereTheResultHasIt) {
+  const std::string dir = tt::testing::fresh_dir("tt_compare_power").string();
+  nlohmann::json j = read_json_file(fixture("v3_custom.json"));
+  j["summary"]["energy_j_per_step"] = 0.5;
+  j["summary"]["tokens_per_joule"] = j["training"]["tokens_per_step"].get<double>() / 0.5;
+  j["summary"]["energy_window"] = {{"steps", 100},
+                                   {"seconds", 0.1},
+                                   {"extra_steps", false},
+                                   {"counter_refresh_ms", 100.0},
+                                   {"average_power_w", 500.0}};
+  const std::string path = dir + "/v3_custom.json";
+  write_json_atomically(path, j, true);
+  const auto results = load_results({fixture("v1_baseline.json"), path});
+  const Comparison c = build_comparison(results);
+  ASSERT_TRUE(c.rows[1].average_power_w.has_value());
+  EXPECT_DOUBLE_EQ(*c.rows[1].average_power_w, 500.0);
+  EXPECT_FALSE(c.rows[0].average_power_w.has_value()) << "the fixture predates the field";
+  EXPECT_NE(to_svg(c).find(" tokens/J, 500 W)"), std::string::npos);
+  const std::string csv = to_csv(c);
+  EXPECT_NE(csv.find(",tokens_per_joule,average_power_w\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",500\n"), std::string::npos) << csv;
+  EXPECT_NE(to_html(c, results, dir).find("500 W on average over the window"), std::string::npos);
+  j["summary"]["energy_window"]["average_power_w"] = "500";
+  write_json_atomically(path, j, true);
+  EXPECT_THROW(load_results({path}), std::runtime_error) << "a mean power that is not a number is refused";
 }
 
 // The debugging exercise: pitfall runs get labels with their pitfall, v3 as shipped (--pitfall none) is the

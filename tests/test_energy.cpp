@@ -81,6 +81,9 @@ TEST(Energy, ShortWindowIsExtendedUntilTheCounterResolutionHolds) {
   EXPECT_EQ(summary["energy_window"]["steps"], r.steps);
   EXPECT_EQ(summary["energy_window"]["extra_steps"], true);
   EXPECT_NEAR(summary["tokens_per_joule"].get<double>(), 1024.0 * static_cast<double>(r.steps) / *r.joules, 1e-9);
+  // The counter draws a constant `watts`: the window's mean power is that, within the stated resolution.
+  EXPECT_NEAR(summary["energy_window"]["average_power_w"].get<double>(), *r.joules / r.seconds, 1e-9);
+  EXPECT_NEAR(summary["energy_window"]["average_power_w"].get<double>(), watts, watts / kEnergyMinRefreshes);
 }
 
 TEST(Energy, LongMeasuredWindowIsUsedAsItIs) {

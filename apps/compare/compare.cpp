@@ -210,6 +210,7 @@ Comparison build_comparison(const std::vector<Result>& results, std::optional<si
     row.reference = i == c.reference;
     row.energy_j_per_step = number_at(j, "summary.energy_j_per_step");
     row.tokens_per_joule = number_at(j, "summary.tokens_per_joule");
+    row.average_power_w = number_at(j, "summary.energy_window.average_power_w");
     if (const auto* p = find(j, "stage.pitfall"); p && p->is_object()) {
       row.pitfall = p->value("name", "");
       row.lesson = p->value("lesson", "");

@@ -131,13 +131,20 @@ Panel memory_panel(const Comparison& c) {
 }
 
 Panel energy_panel(const Comparison& c) {
-  Panel p{"GPU energy per step (J, lower is better)", "the GPU's energy counter over the measured steps", {}, {}};
+  Panel p{"GPU energy per step (J, lower is better)",
+          "the GPU's energy counter over the measured steps (or extra ones); W: the mean draw over that window",
+          {},
+          {}};
   for (const auto& r : c.rows) {
     p.values.push_back(r.energy_j_per_step.value_or(0));
-    p.labels.push_back(r.energy_j_per_step
-                           ? strprintf("%.3f J/step", *r.energy_j_per_step) +
-                                 (r.tokens_per_joule ? "  (" + thousands(*r.tokens_per_joule) + " tokens/J)" : "")
-                           : "not measured");
+    p.labels.push_back(
+        r.energy_j_per_step
+            ? strprintf("%.3f J/step", *r.energy_j_per_step) +
+                  (r.tokens_per_joule
+                       ? "  (" + thousands(*r.tokens_per_joule) + " tokens/J" +
+                             (r.average_power_w ? strprintf(", %.0f W", *r.average_power_w) : std::string()) + ")"
+                       : "")
+            : "not measured");
   }
   return p;
 }

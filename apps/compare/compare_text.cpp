@@ -224,7 +224,7 @@ std::string to_markdown(const Comparison& c) {
 std::string to_csv(const Comparison& c) {
   std::string out = "label,stage,file,median_ms,p10_ms,p90_ms,samples_per_s,tokens_per_s,speedup," + c.memory_field +
                     ",peak_reduction,achieved_tflops,mfu,kernels_per_step,final_loss,final_loss_delta,reference,"
-                    "energy_j_per_step,tokens_per_joule\n";
+                    "energy_j_per_step,tokens_per_joule,average_power_w\n";
   auto opt = [](const std::optional<double>& v) { return v ? strprintf("%.6g", *v) : std::string(); };
   for (const auto& r : c.rows) {
     out += csv_field(r.label) + "," + csv_field(r.stage) + "," + csv_field(r.path) + "," +
@@ -233,7 +233,8 @@ std::string to_csv(const Comparison& c) {
            strprintf("%.6g", r.speedup) + "," + (r.peak_mb > 0 ? strprintf("%.6g", r.peak_mb) : "") + "," +
            opt(r.peak_reduction) + "," + strprintf("%.6g", r.tflops) + "," + opt(r.mfu) + "," +
            opt(r.kernels_per_step) + "," + strprintf("%.6g", r.final_loss) + "," + strprintf("%.6g", r.loss_delta) +
-           "," + (r.reference ? "yes" : "no") + "," + opt(r.energy_j_per_step) + "," + opt(r.tokens_per_joule) + "\n";
+           "," + (r.reference ? "yes" : "no") + "," + opt(r.energy_j_per_step) + "," + opt(r.tokens_per_joule) + "," +
+           opt(r.average_power_w) + "\n";
   }
   return out;
 }

@@ -102,7 +102,12 @@ std::string result_section(const Row& row, const Result& result) {
              ? xml_escape(strprintf("%.3f J per step, ", s["energy_j_per_step"].get<double>()) +
                           (s["tokens_per_joule"].is_number()
                                ? strprintf("%.0f tokens per joule", s["tokens_per_joule"].get<double>())
-                               : std::string("tokens per joule -")))
+                               : std::string("tokens per joule -")) +
+                          (s.contains("energy_window") && s["energy_window"].is_object() &&
+                                   s["energy_window"].value("average_power_w", nlohmann::json()).is_number()
+                               ? strprintf(", %.0f W on average over the window",
+                                           s["energy_window"]["average_power_w"].get<double>())
+                               : std::string()))
              : std::string("not measured");
   out += "</p><p class=\"note\">" + xml_escape(s.value("energy_note", std::string("no energy fields in this result"))) +
          "</p>\n";

@@ -90,6 +90,9 @@ void validate_result_json(const nlohmann::json& r) {
     expect_field(r, "summary.energy_window.steps", JsonKind::kInteger);
     expect_field(r, "summary.energy_window.seconds", JsonKind::kNumber);
     expect_field(r, "summary.energy_window.extra_steps", JsonKind::kBool);
+    const auto& window = r["summary"]["energy_window"];
+    if (window.contains("average_power_w") && !window["average_power_w"].is_null())
+      expect_field(r, "summary.energy_window.average_power_w", JsonKind::kNumber);
   }
   // The per-step figures describe one optimizer step, all its micro-batches: tokens per joule times joules per
   // step is the step's tokens (an energy figure that counted one micro-batch would be grad_accum_steps too small).

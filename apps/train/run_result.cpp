@@ -143,7 +143,11 @@ void set_energy_fields(nlohmann::json& summary, const EnergyReading& energy, dou
       {"steps", energy.steps},
       {"seconds", energy.seconds},
       {"extra_steps", energy.extra_steps},
-      {"counter_refresh_ms", energy.refresh_s ? nlohmann::json(*energy.refresh_s * 1e3) : nlohmann::json(nullptr)}};
+      {"counter_refresh_ms", energy.refresh_s ? nlohmann::json(*energy.refresh_s * 1e3) : nlohmann::json(nullptr)},
+      // The GPU's mean draw over the window: near its power limit, clocks come down and the step is bounded by
+      // energy as well as by work (docs/roofline-energy.md#energy-per-step).
+      {"average_power_w",
+       energy.seconds > 0 ? nlohmann::json(*energy.joules / energy.seconds) : nlohmann::json(nullptr)}};
 }
 
 }  // namespace tt
