@@ -330,33 +330,45 @@ TEST(Compare, WritesMarkdownCsvAndSvg) {
   EXPECT_EQ(count("<rect x="), count("</rect>"));
 }
 
-// The energy window's mean power reaches the chart's label, the CSV and the report; a result written before that
-// field (the fixtures) shows none and leaves its CSV cell empty.
+// The energy window's mean power reaches the chart's label, the CSV and the report. A result written before that
+// field gets the same figure from its energy fields; one without energy shows none and leaves its CSV cell empty;
+// a stored figure that disagrees with the energy fields, or is not a number, is refused.
 TEST(Compare, MeanPowerOfTheEnergyWindowIsShownWhereTheResultHasIt) {
   const std::string dir = tt::testing::fresh_dir("tt_compare_power").string();
-  nlohmann::json j = read_json_file(fixture("v3_custom.json"));
-  j["summary"]["energy_j_per_step"] = 0.5;
-  j["summary"]["tokens_per_joule"] = j["training"]["tokens_per_step"].get<double>() / 0.5;
-  j["summary"]["energy_window"] = {{"steps", 100},
-                                   {"seconds", 0.1},
-                                   {"extra_steps", false},
-                                   {"counter_refresh_ms", 100.0},
-                                   {"average_power_w", 500.0}};
-  const std::string path = dir + "/v3_custom.json";
-  write_json_atomically(path, j, true);
-  const auto results = load_results({fixture("v1_baseline.json"), path});
+  auto with_energy = [&](const std::string& name, double j_per_step, int64_t steps, double seconds,
+                         const nlohmann::json& average_power_w) {
+    nlohmann::json j = read_json_file(fixture("v3_custom.json"));
+    j["summary"]["energy_j_per_step"] = j_per_step;
+    j["summary"]["tokens_per_joule"] = j["training"]["tokens_per_step"].get<double>() / j_per_step;
+    j["summary"]["energy_window"] = {
+        {"steps", steps}, {"seconds", seconds}, {"extra_steps", false}, {"counter_refresh_ms", 100.0}};
+    if (!average_power_w.is_null()) j["summary"]["energy_window"]["average_power_w"] = average_power_w;
+    const std::string path = dir + "/" + name;
+    write_json_atomically(path, j, true);
+    return path;
+  };
+  const std::string with_field = with_energy("new.json", 0.5, 100, 0.1, 500.0);
+  const std::string before_field = with_energy("old.json", 0.25, 100, 0.1, nullptr);  // 250 W from its fields
+  const auto results = load_results({fixture("v1_baseline.json"), with_field, before_field});
   const Comparison c = build_comparison(results);
+  EXPECT_FALSE(c.rows[0].average_power_w.has_value()) << "a result without an energy figure has no mean power";
   ASSERT_TRUE(c.rows[1].average_power_w.has_value());
   EXPECT_DOUBLE_EQ(*c.rows[1].average_power_w, 500.0);
-  EXPECT_FALSE(c.rows[0].average_power_w.has_value()) << "the fixture predates the field";
-  EXPECT_NE(to_svg(c).find(" tokens/J, 500 W)"), std::string::npos);
+  ASSERT_TRUE(c.rows[2].average_power_w.has_value()) << "derived from the fields of a result written before it";
+  EXPECT_DOUBLE_EQ(*c.rows[2].average_power_w, 250.0);
+  const std::string svg = to_svg(c);
+  EXPECT_NE(svg.find(" tokens/J, 500 W)"), std::string::npos);
+  EXPECT_NE(svg.find(" tokens/J, 250 W)"), std::string::npos);
   const std::string csv = to_csv(c);
   EXPECT_NE(csv.find(",tokens_per_joule,average_power_w\n"), std::string::npos) << csv;
   EXPECT_NE(csv.find(",500\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",250\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",yes,,,\n"), std::string::npos) << "the reference, without energy: three empty cells\n" << csv;
   EXPECT_NE(to_html(c, results, dir).find("500 W on average over the window"), std::string::npos);
-  j["summary"]["energy_window"]["average_power_w"] = "500";
-  write_json_atomically(path, j, true);
-  EXPECT_THROW(load_results({path}), std::runtime_error) << "a mean power that is not a number is refused";
+  EXPECT_THROW(load_results({with_energy("wrong.json", 0.5, 100, 0.1, 400.0)}), std::runtime_error)
+      << "0.5 J x 100 steps / 0.1 s is 500 W, not 400";
+  EXPECT_THROW(load_results({with_energy("text.json", 0.5, 100, 0.1, "500")}), std::runtime_error)
+      << "a mean power that is not a number is refused";
 }
 
 // The debugging exercise: pitfall runs get labels with their pitfall, v3 as shipped (--pitfall none) is the

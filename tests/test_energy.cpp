@@ -98,6 +98,10 @@ TEST(Energy, LongMeasuredWindowIsUsedAsItIs) {
   EXPECT_EQ(r.steps, 100);
   EXPECT_NEAR(*r.joules, static_cast<double>(*measured.end_mj - *measured.start_mj) / 1000.0, 1e-12);
   EXPECT_NEAR(*r.joules / 100, watts * step, watts * step / kEnergyMinRefreshes);
+  nlohmann::json summary;
+  set_energy_fields(summary, r, 1024);
+  EXPECT_NEAR(summary["energy_window"]["average_power_w"].get<double>(), watts, watts / kEnergyMinRefreshes)
+      << "the measured window's mean power";
 }
 
 TEST(Energy, WindowThatAdvancedButSpansTooFewRefreshesIsExtended) {

@@ -132,11 +132,13 @@ void override_field(const cxxopts::ParseResult& r, const char* flag, T& field) {
 void print_teaching_lines(const std::string& stage, const nlohmann::json& s) {
   if (s["energy_j_per_step"].is_number()) {
     const auto& w = s["energy_window"];
-    std::printf("[%s] energy %.3f J/step | %.0f tokens/J | over %lld %s steps (%.2f s)\n", stage.c_str(),
-                s["energy_j_per_step"].get<double>(),
-                s["tokens_per_joule"].is_number() ? s["tokens_per_joule"].get<double>() : NAN,
-                static_cast<long long>(w["steps"].get<int64_t>()),
-                w["extra_steps"].get<bool>() ? "extra, unrecorded" : "measured", w["seconds"].get<double>());
+    std::printf(
+        "[%s] energy %.3f J/step | %.0f tokens/J | %.0f W | over %lld %s steps (%.2f s)\n", stage.c_str(),
+        s["energy_j_per_step"].get<double>(),
+        s["tokens_per_joule"].is_number() ? s["tokens_per_joule"].get<double>() : NAN,
+        w.contains("average_power_w") && w["average_power_w"].is_number() ? w["average_power_w"].get<double>() : NAN,
+        static_cast<long long>(w["steps"].get<int64_t>()),
+        w["extra_steps"].get<bool>() ? "extra, unrecorded" : "measured", w["seconds"].get<double>());
   } else {
     std::printf("[%s] %s\n", stage.c_str(), s["energy_note"].get<std::string>().c_str());
   }

@@ -130,6 +130,14 @@ Panel memory_panel(const Comparison& c) {
   return p;
 }
 
+// "  (1,526 tokens/J, 516 W)", or as much of it as the result has.
+std::string energy_details(const Row& r) {
+  std::string details;
+  if (r.tokens_per_joule) details = thousands(*r.tokens_per_joule) + " tokens/J";
+  if (r.average_power_w) details += (details.empty() ? "" : ", ") + strprintf("%.0f W", *r.average_power_w);
+  return details.empty() ? details : "  (" + details + ")";
+}
+
 Panel energy_panel(const Comparison& c) {
   Panel p{"GPU energy per step (J, lower is better)",
           "the GPU's energy counter over the measured steps (or extra ones); W: the mean draw over that window",
@@ -137,14 +145,8 @@ Panel energy_panel(const Comparison& c) {
           {}};
   for (const auto& r : c.rows) {
     p.values.push_back(r.energy_j_per_step.value_or(0));
-    p.labels.push_back(
-        r.energy_j_per_step
-            ? strprintf("%.3f J/step", *r.energy_j_per_step) +
-                  (r.tokens_per_joule
-                       ? "  (" + thousands(*r.tokens_per_joule) + " tokens/J" +
-                             (r.average_power_w ? strprintf(", %.0f W", *r.average_power_w) : std::string()) + ")"
-                       : "")
-            : "not measured");
+    p.labels.push_back(r.energy_j_per_step ? strprintf("%.3f J/step", *r.energy_j_per_step) + energy_details(r)
+                                           : "not measured");
   }
   return p;
 }

@@ -103,11 +103,8 @@ std::string result_section(const Row& row, const Result& result) {
                           (s["tokens_per_joule"].is_number()
                                ? strprintf("%.0f tokens per joule", s["tokens_per_joule"].get<double>())
                                : std::string("tokens per joule -")) +
-                          (s.contains("energy_window") && s["energy_window"].is_object() &&
-                                   s["energy_window"].value("average_power_w", nlohmann::json()).is_number()
-                               ? strprintf(", %.0f W on average over the window",
-                                           s["energy_window"]["average_power_w"].get<double>())
-                               : std::string()))
+                          (row.average_power_w ? strprintf(", %.0f W on average over the window", *row.average_power_w)
+                                               : std::string()))
              : std::string("not measured");
   out += "</p><p class=\"note\">" + xml_escape(s.value("energy_note", std::string("no energy fields in this result"))) +
          "</p>\n";

@@ -91,8 +91,21 @@ void validate_result_json(const nlohmann::json& r) {
     expect_field(r, "summary.energy_window.seconds", JsonKind::kNumber);
     expect_field(r, "summary.energy_window.extra_steps", JsonKind::kBool);
     const auto& window = r["summary"]["energy_window"];
-    if (window.contains("average_power_w") && !window["average_power_w"].is_null())
+    if (window.contains("average_power_w") && !window["average_power_w"].is_null()) {
       expect_field(r, "summary.energy_window.average_power_w", JsonKind::kNumber);
+      // The window's joules over its seconds: J per step x its steps / seconds.
+      const auto& j = r["summary"]["energy_j_per_step"];
+      const double seconds = window["seconds"].get<double>();
+      if (j.is_number() && seconds > 0) {
+        const double implied = j.get<double>() * window["steps"].get<double>() / seconds;
+        const double stored = window["average_power_w"].get<double>();
+        if (std::abs(stored - implied) > 1e-6 * std::abs(implied))
+          throw std::runtime_error("result JSON: summary.energy_window.average_power_w is " +
+                                   strprintf("%.6g", stored) +
+                                   " W, but energy_j_per_step x energy_window.steps / energy_window.seconds is " +
+                                   strprintf("%.6g", implied) + " W");
+      }
+    }
   }
   // The per-step figures describe one optimizer step, all its micro-batches: tokens per joule times joules per
   // step is the step's tokens (an energy figure that counted one micro-batch would be grad_accum_steps too small).

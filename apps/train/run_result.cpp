@@ -144,8 +144,7 @@ void set_energy_fields(nlohmann::json& summary, const EnergyReading& energy, dou
       {"seconds", energy.seconds},
       {"extra_steps", energy.extra_steps},
       {"counter_refresh_ms", energy.refresh_s ? nlohmann::json(*energy.refresh_s * 1e3) : nlohmann::json(nullptr)},
-      // The GPU's mean draw over the window: near its power limit, clocks come down and the step is bounded by
-      // energy as well as by work (docs/roofline-energy.md#energy-per-step).
+      // The GPU's mean draw over the window, to set beside its power limit (docs/roofline-energy.md#energy-per-step).
       {"average_power_w",
        energy.seconds > 0 ? nlohmann::json(*energy.joules / energy.seconds) : nlohmann::json(nullptr)}};
 }
