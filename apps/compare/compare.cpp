@@ -46,17 +46,6 @@ std::optional<double> number_at(const nlohmann::json& root, const std::string& d
   return v && v->is_number() ? std::optional<double>(v->get<double>()) : std::nullopt;
 }
 
-// summary.energy_window.average_power_w, or, in results written before that field, the same figure from the
-// energy fields: joules per step x the window's steps / its seconds.
-std::optional<double> average_power_w_of(const nlohmann::json& result) {
-  if (const auto w = number_at(result, "summary.energy_window.average_power_w")) return w;
-  const auto j = number_at(result, "summary.energy_j_per_step");
-  const auto steps = number_at(result, "summary.energy_window.steps");
-  const auto seconds = number_at(result, "summary.energy_window.seconds");
-  if (!j || !steps || !seconds || *seconds <= 0) return std::nullopt;
-  return *j * *steps / *seconds;
-}
-
 void compare_field(const Result& first, const Result& other, const std::string& field, std::vector<Difference>& out) {
   const auto* a = find(first.json, field);
   const auto* b = find(other.json, field);
@@ -221,7 +210,7 @@ Comparison build_comparison(const std::vector<Result>& results, std::optional<si
     row.reference = i == c.reference;
     row.energy_j_per_step = number_at(j, "summary.energy_j_per_step");
     row.tokens_per_joule = number_at(j, "summary.tokens_per_joule");
-    row.average_power_w = average_power_w_of(j);
+    row.average_power_w = energy_window_mean_power_w(s);
     if (const auto* p = find(j, "stage.pitfall"); p && p->is_object()) {
       row.pitfall = p->value("name", "");
       row.lesson = p->value("lesson", "");

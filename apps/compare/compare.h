@@ -57,8 +57,8 @@ struct Row {
   double loss_delta = 0;  // final loss - reference final loss
   bool reference = false;
   std::optional<double> energy_j_per_step, tokens_per_joule;  // none without an energy figure
-  // The GPU's mean draw over the energy window (summary.energy_window.average_power_w); none in results written
-  // before that field, or without an energy figure.
+  // The GPU's mean draw over the energy window (energy_window_mean_power_w, also for results written before
+  // summary.energy_window.average_power_w); none without an energy figure.
   std::optional<double> average_power_w;
   // The debugging exercise (stage.pitfall in the result): its name and lesson; empty outside it.
   std::string pitfall, lesson;

@@ -93,17 +93,13 @@ void validate_result_json(const nlohmann::json& r) {
     const auto& window = r["summary"]["energy_window"];
     if (window.contains("average_power_w") && !window["average_power_w"].is_null()) {
       expect_field(r, "summary.energy_window.average_power_w", JsonKind::kNumber);
-      // The window's joules over its seconds: J per step x its steps / seconds.
-      const auto& j = r["summary"]["energy_j_per_step"];
-      const double seconds = window["seconds"].get<double>();
-      if (j.is_number() && seconds > 0) {
-        const double implied = j.get<double>() * window["steps"].get<double>() / seconds;
+      if (const auto implied = energy_window_mean_power_w(r["summary"])) {
         const double stored = window["average_power_w"].get<double>();
-        if (std::abs(stored - implied) > 1e-6 * std::abs(implied))
+        if (std::abs(stored - *implied) > 1e-6 * std::abs(*implied))
           throw std::runtime_error("result JSON: summary.energy_window.average_power_w is " +
                                    strprintf("%.6g", stored) +
                                    " W, but energy_j_per_step x energy_window.steps / energy_window.seconds is " +
-                                   strprintf("%.6g", implied) + " W");
+                                   strprintf("%.6g", *implied) + " W");
       }
     }
   }
@@ -120,6 +116,18 @@ void validate_result_json(const nlohmann::json& r) {
                                strprintf("%.6g", tokens) + " (both must describe one optimizer step)");
   }
   if (r.contains("evaluation")) validate_evaluation_json(r["evaluation"]);
+}
+
+std::optional<double> energy_window_mean_power_w(const nlohmann::json& summary) {
+  if (!summary.is_object() || !summary.contains("energy_window")) return std::nullopt;
+  const auto& w = summary["energy_window"];
+  const auto j = summary.find("energy_j_per_step");
+  if (!w.is_object() || j == summary.end() || !j->is_number() || !w.value("steps", nlohmann::json()).is_number() ||
+      !w.value("seconds", nlohmann::json()).is_number())
+    return std::nullopt;
+  const double seconds = w["seconds"].get<double>();
+  if (seconds <= 0) return std::nullopt;
+  return j->get<double>() * w["steps"].get<double>() / seconds;
 }
 
 void validate_evaluation_json(const nlohmann::json& e) {

@@ -4,10 +4,10 @@
 // without linking either. Building a result from a run is apps/train/run_result.h's job.
 #pragma once
 
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace tt {
 
@@ -24,6 +24,11 @@ nlohmann::json to_json(const Spread& s);
 
 // Throws std::runtime_error naming the first missing or mistyped field (path like "summary.step_ms.median").
 void validate_result_json(const nlohmann::json& result);
+
+// The GPU's mean draw over a result's energy window, energy_j_per_step x energy_window.steps / energy_window.seconds:
+// what summary.energy_window.average_power_w records, and the same figure for results written before that field.
+// None without an energy figure.
+std::optional<double> energy_window_mean_power_w(const nlohmann::json& summary);
 // Throws std::runtime_error naming the first missing or mistyped field of an "evaluation" object.
 void validate_evaluation_json(const nlohmann::json& evaluation);
 // Throws std::runtime_error naming the first missing or mistyped field of an eval result file (kind "evaluation").
