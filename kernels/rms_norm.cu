@@ -7,6 +7,8 @@
 // second kernel sums that buffer over blocks in a fixed order.
 #include "rms_norm.cuh"
 
+#include <cstdlib>
+
 namespace tt::kernels {
 
 namespace {
@@ -143,41 +145,47 @@ __global__ void rms_norm_backward_kernel(RmsNormBackwardParams params) {
 }
 
 // grad_weight[col] = sum over b of partial[b, col], always in the order b = 0, 1, 2, ...
-// A block covers kColumns consecutive columns (one 128-byte line of each partial row) with kLanes
-// threads per column; lane l sums partials l, l + kLanes, ..., then lane 0 adds the kLanes results in
-// lane order.
-constexpr int kWeightGradColumns = 32;
-constexpr int kWeightGradLanes = 16;
-
+// A block covers kColumns consecutive columns with kLanes threads per column; lane l sums partials l, l + kLanes,
+// ..., then lane 0 adds the kLanes results in lane order.
+template <int kColumns, int kLanes>
 __global__ void rms_norm_weight_grad_kernel(const float* partial, int64_t num_partials, int64_t hidden,
                                             float* grad_weight) {
   start_after_previous_kernel();
-  __shared__ float lane_sums[kWeightGradLanes][kWeightGradColumns];
-  const int64_t col = static_cast<int64_t>(blockIdx.x) * kWeightGradColumns + threadIdx.x;
+  __shared__ float lane_sums[kLanes][kColumns];
+  const int column = static_cast<int>(threadIdx.x % kColumns);
+  const int lane = static_cast<int>(threadIdx.x / kColumns);
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kColumns + column;
   float sum = 0.0f;
   if (col < hidden) {
     // kUnroll loads in flight before their adds, which still run in the order b, b + kLanes, ... (the same sum,
     // bit for bit): the partial rows lie hidden * 4 bytes apart, so each load is its own trip to L2. Not timed
     // alone; the step times quoted above kMinBackwardBlocks were measured with it.
     constexpr int kUnroll = 8;
-    int64_t b = threadIdx.y;
-    for (; b + (kUnroll - 1) * kWeightGradLanes < num_partials; b += kUnroll * kWeightGradLanes) {
+    int64_t b = lane;
+    for (; b + (kUnroll - 1) * kLanes < num_partials; b += kUnroll * kLanes) {
       float values[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) values[u] = partial[(b + u * kWeightGradLanes) * hidden + col];
+      for (int u = 0; u < kUnroll; ++u) values[u] = partial[(b + u * kLanes) * hidden + col];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) sum += values[u];
     }
-    for (; b < num_partials; b += kWeightGradLanes) sum += partial[b * hidden + col];
+    for (; b < num_partials; b += kLanes) sum += partial[b * hidden + col];
   }
-  lane_sums[threadIdx.y][threadIdx.x] = sum;
+  lane_sums[lane][column] = sum;
   __syncthreads();
-  if (threadIdx.y == 0 && col < hidden) {
+  if (lane == 0 && col < hidden) {
     float total = 0.0f;
 #pragma unroll
-    for (int lane = 0; lane < kWeightGradLanes; ++lane) total += lane_sums[lane][threadIdx.x];
+    for (int l = 0; l < kLanes; ++l) total += lane_sums[l][column];
     grad_weight[col] = total;
   }
+}
+
+template <int kColumns, int kLanes>
+void launch_weight_grad(const RmsNormBackwardParams& params, gpuStream_t stream) {
+  const unsigned grid = static_cast<unsigned>((params.hidden + kColumns - 1) / kColumns);
+  launch_after_previous(rms_norm_weight_grad_kernel<kColumns, kLanes>, grid, kColumns * kLanes, 0, stream,
+                        params.weight_grad_partial, params.num_partials, params.hidden, params.grad_weight);
 }
 
 // =================================================================================================
@@ -266,10 +274,16 @@ LaunchStatus rms_norm_backward(const RmsNormBackwardParams& params, DType residu
   if (params.rows == 0) return {};
   const gpuStream_t s = to_stream(stream);
   dispatch_pair(residual, compute, [&](auto t, auto c) { backward_for_types<decltype(t), decltype(c)>(params, s); });
-  const dim3 block(kWeightGradColumns, kWeightGradLanes);
-  const dim3 grid(static_cast<unsigned>((params.hidden + kWeightGradColumns - 1) / kWeightGradColumns));
-  launch_after_previous(rms_norm_weight_grad_kernel, grid, block, 0, s, params.weight_grad_partial, params.num_partials,
-                        params.hidden, params.grad_weight);
+  // AB-TEMP: TT_AB_WGRAD=1 sums 8 columns (one 32-byte sector of each partial row) with 64 lanes a block.
+  static const bool narrow = [] {
+    const char* set = std::getenv("TT_AB_WGRAD");
+    return set && set[0] == '1';
+  }();
+  if (narrow) {
+    launch_weight_grad<8, 64>(params, s);
+  } else {
+    launch_weight_grad<32, 16>(params, s);
+  }
   return last_launch_status();
 }
 
