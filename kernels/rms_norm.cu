@@ -7,8 +7,6 @@
 // second kernel sums that buffer over blocks in a fixed order.
 #include "rms_norm.cuh"
 
-#include <cstdlib>
-
 namespace tt::kernels {
 
 namespace {
@@ -145,47 +143,45 @@ __global__ void rms_norm_backward_kernel(RmsNormBackwardParams params) {
 }
 
 // grad_weight[col] = sum over b of partial[b, col], always in the order b = 0, 1, 2, ...
-// A block covers kColumns consecutive columns with kLanes threads per column; lane l sums partials l, l + kLanes,
-// ..., then lane 0 adds the kLanes results in lane order.
-template <int kColumns, int kLanes>
+// A block covers kWeightGradColumns consecutive columns (one 32-byte sector of each partial row) with
+// kWeightGradLanes threads per column; lane l sums partials l, l + kWeightGradLanes, ..., then lane 0 adds the
+// lane results in lane order. Each lane's sum is a chain of L2 trips, so the split favours many short chains side
+// by side. At the workshop's 512 partial rows of 512 columns, 32 columns x 16 lanes a block (16 blocks, 32 loads a
+// lane) made the bf16 v4 step 1.3019-1.3024 ms, and 8 x 64 (64 blocks, 8 loads a lane, all in flight at once)
+// 1.2922-1.2936 ms: H200, alternated x3 in one call. Long-context and medium, old split then new, did not differ
+// beyond their repeats (6.943-6.989 and 6.943-6.944 ms; 30.81-30.88 and 30.79-30.82 ms).
+constexpr int kWeightGradColumns = 8;
+constexpr int kWeightGradLanes = 64;
+
 __global__ void rms_norm_weight_grad_kernel(const float* partial, int64_t num_partials, int64_t hidden,
                                             float* grad_weight) {
   start_after_previous_kernel();
-  __shared__ float lane_sums[kLanes][kColumns];
-  const int column = static_cast<int>(threadIdx.x % kColumns);
-  const int lane = static_cast<int>(threadIdx.x / kColumns);
-  const int64_t col = static_cast<int64_t>(blockIdx.x) * kColumns + column;
+  __shared__ float lane_sums[kWeightGradLanes][kWeightGradColumns];
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kWeightGradColumns + threadIdx.x;
   float sum = 0.0f;
   if (col < hidden) {
     // kUnroll loads in flight before their adds, which still run in the order b, b + kLanes, ... (the same sum,
     // bit for bit): the partial rows lie hidden * 4 bytes apart, so each load is its own trip to L2. Not timed
     // alone; the step times quoted above kMinBackwardBlocks were measured with it.
     constexpr int kUnroll = 8;
-    int64_t b = lane;
-    for (; b + (kUnroll - 1) * kLanes < num_partials; b += kUnroll * kLanes) {
+    int64_t b = threadIdx.y;
+    for (; b + (kUnroll - 1) * kWeightGradLanes < num_partials; b += kUnroll * kWeightGradLanes) {
       float values[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) values[u] = partial[(b + u * kLanes) * hidden + col];
+      for (int u = 0; u < kUnroll; ++u) values[u] = partial[(b + u * kWeightGradLanes) * hidden + col];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) sum += values[u];
     }
-    for (; b < num_partials; b += kLanes) sum += partial[b * hidden + col];
+    for (; b < num_partials; b += kWeightGradLanes) sum += partial[b * hidden + col];
   }
-  lane_sums[lane][column] = sum;
+  lane_sums[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
-  if (lane == 0 && col < hidden) {
+  if (threadIdx.y == 0 && col < hidden) {
     float total = 0.0f;
 #pragma unroll
-    for (int l = 0; l < kLanes; ++l) total += lane_sums[l][column];
+    for (int lane = 0; lane < kWeightGradLanes; ++lane) total += lane_sums[lane][threadIdx.x];
     grad_weight[col] = total;
   }
-}
-
-template <int kColumns, int kLanes>
-void launch_weight_grad(const RmsNormBackwardParams& params, gpuStream_t stream) {
-  const unsigned grid = static_cast<unsigned>((params.hidden + kColumns - 1) / kColumns);
-  launch_after_previous(rms_norm_weight_grad_kernel<kColumns, kLanes>, grid, kColumns * kLanes, 0, stream,
-                        params.weight_grad_partial, params.num_partials, params.hidden, params.grad_weight);
 }
 
 // =================================================================================================
@@ -274,16 +270,10 @@ LaunchStatus rms_norm_backward(const RmsNormBackwardParams& params, DType residu
   if (params.rows == 0) return {};
   const gpuStream_t s = to_stream(stream);
   dispatch_pair(residual, compute, [&](auto t, auto c) { backward_for_types<decltype(t), decltype(c)>(params, s); });
-  // AB-TEMP: TT_AB_WGRAD=1 sums 8 columns (one 32-byte sector of each partial row) with 64 lanes a block.
-  static const bool narrow = [] {
-    const char* set = std::getenv("TT_AB_WGRAD");
-    return set && set[0] == '1';
-  }();
-  if (narrow) {
-    launch_weight_grad<8, 64>(params, s);
-  } else {
-    launch_weight_grad<32, 16>(params, s);
-  }
+  const dim3 block(kWeightGradColumns, kWeightGradLanes);
+  const dim3 grid(static_cast<unsigned>((params.hidden + kWeightGradColumns - 1) / kWeightGradColumns));
+  launch_after_previous(rms_norm_weight_grad_kernel, grid, block, 0, s, params.weight_grad_partial, params.num_partials,
+                        params.hidden, params.grad_weight);
   return last_launch_status();
 }
 
