@@ -143,11 +143,15 @@ __global__ void rms_norm_backward_kernel(RmsNormBackwardParams params) {
 }
 
 // grad_weight[col] = sum over b of partial[b, col], always in the order b = 0, 1, 2, ...
-// A block covers kColumns consecutive columns (one 128-byte line of each partial row) with kLanes
-// threads per column; lane l sums partials l, l + kLanes, ..., then lane 0 adds the kLanes results in
-// lane order.
-constexpr int kWeightGradColumns = 32;
-constexpr int kWeightGradLanes = 16;
+// A block covers kWeightGradColumns consecutive columns (one 32-byte sector of each partial row) with
+// kWeightGradLanes threads per column; lane l sums partials l, l + kWeightGradLanes, ..., then lane 0 adds the
+// lane results in lane order. Each lane's sum is a chain of L2 trips, so the split favours many short chains side
+// by side. At the workshop's 512 partial rows of 512 columns, 32 columns x 16 lanes a block (16 blocks, 32 loads a
+// lane) made the bf16 v4 step 1.3019-1.3024 ms, and 8 x 64 (64 blocks, 8 loads a lane, all in flight at once)
+// 1.2922-1.2936 ms: H200, alternated x3 in one call. Long-context and medium, old split then new, did not differ
+// beyond their repeats (6.943-6.989 and 6.943-6.944 ms; 30.81-30.88 and 30.79-30.82 ms).
+constexpr int kWeightGradColumns = 8;
+constexpr int kWeightGradLanes = 64;
 
 __global__ void rms_norm_weight_grad_kernel(const float* partial, int64_t num_partials, int64_t hidden,
                                             float* grad_weight) {
