@@ -160,9 +160,9 @@ __global__ void rms_norm_weight_grad_kernel(const float* partial, int64_t num_pa
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kWeightGradColumns + threadIdx.x;
   float sum = 0.0f;
   if (col < hidden) {
-    // kUnroll loads in flight before their adds, which still run in the order b, b + kLanes, ... (the same sum,
-    // bit for bit): the partial rows lie hidden * 4 bytes apart, so each load is its own trip to L2. Not timed
-    // alone; the step times quoted above kMinBackwardBlocks were measured with it.
+    // kUnroll loads in flight before their adds, which still run in the order b, b + kWeightGradLanes, ... (the
+    // same sum, bit for bit): the partial rows lie hidden * 4 bytes apart, so each load is its own trip to L2. Not
+    // timed alone; the step times quoted above kMinBackwardBlocks were measured with it.
     constexpr int kUnroll = 8;
     int64_t b = threadIdx.y;
     for (; b + (kUnroll - 1) * kWeightGradLanes < num_partials; b += kUnroll * kWeightGradLanes) {
