@@ -17,10 +17,10 @@ namespace {
 // block) that left 8 warps per H100 SM, and one backward took 46 us where its 48 MB of traffic need about
 // 16 us; 1024 blocks keep about 30 warps per SM. Below the cap a block takes at least kRowsPerPartial rows:
 // with one row each (the workshop's 1024 rows), the weight-gradient kernel read back a scratch buffer as
-// large as x, 2 MB in 8 blocks at hidden 512, and took 5.2 us of the backward's 9 (H100, bf16 v4 step).
-// A floor of kMinBackwardBlocks blocks where there are rows enough: at the workshop's 1024 rows, 4 rows a block
-// left 256 blocks (2 a SM); 2 rows a block (512 blocks) made the bf16 v4 step 1.559 ms instead of 1.582 (H100, two
-// runs each in one call; the step's RMSNorm kernels, forward included, 170 instead of 195 us), 1 row a block 1.563
+// large as x, 2 MB in 8 blocks at hidden 512 (its column split then), and took 5.2 us of the backward's 9 (H100, bf16
+// v4 step). A floor of kMinBackwardBlocks blocks where there are rows enough: at the workshop's 1024 rows, 4 rows a
+// block left 256 blocks (2 a SM); 2 rows a block (512 blocks) made the bf16 v4 step 1.559 ms instead of 1.582 (H100,
+// two runs each in one call; the step's RMSNorm kernels, forward included, 170 instead of 195 us), 1 row a block 1.563
 // ms. The medium config (2048 rows, 512 blocks at 4 rows) was not faster with 1 or 2 rows a block (34.36-34.46 ms
 // against 34.22-34.32; repeats differed by up to 0.10 ms), so the floor leaves it at 4.
 constexpr int64_t kMaxBackwardPartials = 1024;
@@ -142,16 +142,19 @@ __global__ void rms_norm_backward_kernel(RmsNormBackwardParams params) {
   }
 }
 
-// grad_weight[col] = sum over b of partial[b, col], always in the order b = 0, 1, 2, ...
-// A block covers kWeightGradColumns consecutive columns (one 32-byte sector of each partial row) with
-// kWeightGradLanes threads per column; lane l sums partials l, l + kWeightGradLanes, ..., then lane 0 adds the
-// lane results in lane order. Each lane's sum is a chain of L2 trips, so the split favours many short chains side
-// by side. At the workshop's 512 partial rows of 512 columns, 32 columns x 16 lanes a block (16 blocks, 32 loads a
+// grad_weight[col] = sum over b of partial[b, col], always in the same order (below).
+// A block covers kWeightGradColumns consecutive columns (one 32-byte sector of each partial row when hidden is a
+// multiple of 8) with kWeightGradLanes threads per column; lane l sums partials l, l + kWeightGradLanes, ..., then lane
+// 0 adds the lane results in lane order. Each lane's sum is a chain of L2 trips, so the split favours many short chains
+// side by side. At the workshop's 512 partial rows of 512 columns, 32 columns x 16 lanes a block (16 blocks, 32 loads a
 // lane) made the bf16 v4 step 1.3019-1.3024 ms, and 8 x 64 (64 blocks, 8 loads a lane, all in flight at once)
 // 1.2922-1.2936 ms: H200, alternated x3 in one call. Long-context and medium, old split then new, did not differ
 // beyond their repeats (6.943-6.989 and 6.943-6.944 ms; 30.81-30.88 and 30.79-30.82 ms).
 constexpr int kWeightGradColumns = 8;
 constexpr int kWeightGradLanes = 64;
+static_assert(kWeightGradColumns * kWeightGradLanes % kMaxWarpSize == 0 &&
+                  kWeightGradColumns * kWeightGradLanes <= kMaxBlockThreads,
+              "whole warps on both vendors, within a block");
 
 __global__ void rms_norm_weight_grad_kernel(const float* partial, int64_t num_partials, int64_t hidden,
                                             float* grad_weight) {
