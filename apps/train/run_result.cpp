@@ -143,10 +143,11 @@ void set_energy_fields(nlohmann::json& summary, const EnergyReading& energy, dou
       {"steps", energy.steps},
       {"seconds", energy.seconds},
       {"extra_steps", energy.extra_steps},
-      {"counter_refresh_ms", energy.refresh_s ? nlohmann::json(*energy.refresh_s * 1e3) : nlohmann::json(nullptr)},
-      // The GPU's mean draw over the window, to set beside its power limit (docs/roofline-energy.md#energy-per-step).
-      {"average_power_w",
-       energy.seconds > 0 ? nlohmann::json(*energy.joules / energy.seconds) : nlohmann::json(nullptr)}};
+      {"counter_refresh_ms", energy.refresh_s ? nlohmann::json(*energy.refresh_s * 1e3) : nlohmann::json(nullptr)}};
+  // The GPU's mean draw over the window, to set beside its power limit (docs/roofline-energy.md#energy-per-step): the
+  // one formula compare and the validator use too.
+  const std::optional<double> watts = energy_window_mean_power_w(summary);
+  summary["energy_window"]["average_power_w"] = watts ? nlohmann::json(*watts) : nlohmann::json(nullptr);
 }
 
 }  // namespace tt
