@@ -2,9 +2,10 @@
 //
 // One block per row. RMSNorm is memory-bound: the forward reads x once for the sum of squares and once
 // more to scale it, the second read being served by L1/L2 (a row is a few KB), so DRAM sees x once.
-// The weight gradient sums over rows; to keep it deterministic without float atomics, each block of the
-// backward accumulates its rows into a private row of a [num_partials, hidden] fp32 scratch buffer and a
-// second kernel sums that buffer over blocks in a fixed order.
+// The weight gradient sums over rows, deterministically (no float atomics). Up to kMaxOneLaunchRows rows, in the
+// backward's own launch: blocks of a second kind each sum a few columns over every row. Beyond, each row block of the
+// backward accumulates its rows into a private row of a [num_partials, hidden] fp32 scratch buffer and a second
+// kernel sums that buffer over blocks in a fixed order.
 #include "rms_norm.cuh"
 
 #include <cstdlib>
@@ -13,7 +14,7 @@ namespace tt::kernels {
 
 namespace {
 
-// A block of the backward handles rows blockIdx.x, blockIdx.x + gridDim.x, ... Capping the grid keeps
+// A row block of the backward handles rows b, b + row_blocks, ... Capping their number keeps
 // the partial-sum scratch (num_partials * hidden * 4 bytes) small next to the activations (2 MB at
 // hidden 512, 8 MB at 2048). The cap was 256: at the long-context shape (8192 rows of 512, 128 threads a
 // block) that left 8 warps per H100 SM, and one backward took 46 us where its 48 MB of traffic need about
@@ -28,6 +29,29 @@ namespace {
 constexpr int64_t kMaxBackwardPartials = 1024;
 constexpr int64_t kMinBackwardBlocks = 512;
 constexpr int64_t kRowsPerPartial = 4;
+
+// Up to this many rows the weight gradient is summed in the backward's own launch (rms_norm_backward_kernel): one
+// launch a norm instead of two, 17 fewer kernels in the workshop's v4 step (180 instead of 197). Its column blocks
+// read every row, a chain of loads per row lane, so the chains grow with the rows. H200, v4 bf16, one launch against
+// two alternated in one call: workshop (1,024 rows, 16 a lane) 1.2792-1.2840 ms against 1.2892-1.2929; medium
+// (2,048 rows, 8 a lane) 30.59-30.75 against 30.48-30.60, inside what its repeats differ by; long-context (8,192 rows,
+// 128 a lane) 7.20-7.24 against 6.94-6.98, slower: it keeps two kernels.
+constexpr int64_t kMaxOneLaunchRows = 2048;
+
+int64_t row_blocks_for(int64_t rows) {
+  int64_t blocks = (rows + kRowsPerPartial - 1) / kRowsPerPartial;
+  if (blocks < kMinBackwardBlocks) blocks = rows < kMinBackwardBlocks ? rows : kMinBackwardBlocks;
+  return blocks < kMaxBackwardPartials ? blocks : kMaxBackwardPartials;
+}
+
+// TEMPORARY, for an A/B measurement: TT_RMS_TWO_KERNELS=1 takes the two-kernel path at every size.
+bool one_launch(int64_t rows) {
+  static const bool forced_two = [] {
+    const char* v = std::getenv("TT_RMS_TWO_KERNELS");
+    return v && v[0] == '1';
+  }();
+  return rows <= kMaxOneLaunchRows && !forced_two;
+}
 
 // =================================================================================================
 // Kernels
@@ -81,14 +105,12 @@ __global__ void rms_norm_forward_kernel(RmsNormForwardParams params) {
 // With r = inv_rms and a = grad_y * weight:
 //   grad_x = r * (a - x * r^2 * mean(a * x)) [+ grad_residual],   grad_weight = sum over rows of grad_y * x * r.
 //
-// One launch, two kinds of block that never wait for each other (the weight gradient needs only grad_y, x and
-// the forward's inv_rms, not grad_x): the first column_blocks blocks each sum the weight gradient of
-// kWeightGradColumns columns over every row (weight_gradient_columns below); the others compute grad_x, a row
-// at a time (grad_x_rows). Before, the row blocks also wrote per-block partial sums of the weight gradient and a
-// second kernel added those up: one more launch per norm, 17 of the workshop step's 197.
+// Row blocks compute grad_x a row at a time (grad_x_rows). Up to kMaxOneLaunchRows rows, column blocks in the same
+// launch sum the weight gradient (weight_gradient_columns below): it needs only grad_y, x and the forward's inv_rms,
+// not grad_x, so neither kind of block waits for the other. Beyond, the row blocks also write partial sums of it
+// and rms_norm_weight_grad_kernel adds those up.
 template <typename T, typename C, int kVec>
-__device__ void grad_x_rows(const RmsNormBackwardParams& params, int64_t row_block, int64_t row_blocks,
-                            float* partial) {
+__device__ void grad_x_rows(const RmsNormBackwardParams& params, int64_t row_block, int64_t row_blocks) {
   const int hidden = static_cast<int>(params.hidden);
   const int stride = blockDim.x * kVec;
   for (int64_t row = row_block; row < params.rows; row += row_blocks) {
@@ -132,8 +154,11 @@ __device__ void grad_x_rows(const RmsNormBackwardParams& params, int64_t row_blo
       }
       store_pack<kVec>(grad_x + col, dxs);
       if (grad_delta) store_pack<kVec>(grad_delta + col, dds);
-      if (partial) {  // TEMPORARY: the two-kernel path, for the A/B measurement
-        float* p = partial + row_block * params.hidden;
+      // The two-kernel path: this block's partial row of the weight gradient. Each thread owns the same columns of
+      // it for every row the block visits, so the read-modify-write needs no synchronisation; the first row
+      // initialises it, so the scratch needs no zeroing pass.
+      if (params.weight_grad_partial) {
+        float* p = params.weight_grad_partial + row_block * params.hidden;
         Pack<float, kVec> acc;
         if (first_row) {
 #pragma unroll
@@ -215,6 +240,8 @@ __device__ void weight_gradient_columns(const RmsNormBackwardParams& params, int
   }
 }
 
+// Blocks [0, column_blocks) are column blocks (none on the two-kernel path), the rest row blocks. The column blocks
+// come first so that their longer chains start first.
 template <typename T, typename C, int kVec>
 __global__ void rms_norm_backward_kernel(RmsNormBackwardParams params, int64_t column_blocks) {
   start_after_previous_kernel();
@@ -222,12 +249,12 @@ __global__ void rms_norm_backward_kernel(RmsNormBackwardParams params, int64_t c
   if (block < column_blocks) {
     weight_gradient_columns<T, C, kVec>(params, block);
   } else {
-    grad_x_rows<T, C, kVec>(params, block - column_blocks, gridDim.x - column_blocks,
-                            column_blocks == 0 ? params.weight_grad_partial : nullptr);
+    grad_x_rows<T, C, kVec>(params, block - column_blocks, gridDim.x - column_blocks);
   }
 }
 
-// grad_weight[col] = sum over b of partial[b, col], always in the same order (below).
+// The two-kernel path's second kernel: grad_weight[col] = sum over b of partial[b, col], always in the same order
+// (below).
 // A block covers kWeightGradColumns consecutive columns (one 32-byte sector of each partial row when hidden is a
 // multiple of 8) with kWeightGradLanes threads per column; lane l sums partials l, l + kWeightGradLanes, ..., then lane
 // 0 adds the lane results in lane order. Each lane's sum is a chain of L2 trips, so the split favours many short chains
@@ -321,24 +348,16 @@ void forward_for_types(const RmsNormForwardParams& params, gpuStream_t stream) {
   }
 }
 
-// TEMPORARY switch for the A/B measurement: TT_RMS_TWO_KERNELS=1 runs the partial sums and their second kernel.
-bool two_kernels() {
-  static const bool on = [] {
-    const char* v = std::getenv("TT_RMS_TWO_KERNELS");
-    return v && v[0] == '1';
-  }();
-  return on;
-}
-
 template <typename T, typename C>
 void backward_for_types(const RmsNormBackwardParams& params, gpuStream_t stream) {
   const bool wide = use_wide_rows<T, C>(params.hidden, {params.x, params.grad_residual, params.grad_x},
                                         {params.grad_y, params.grad_delta}, {params.weight, params.weight_grad_partial});
-  const int64_t column_blocks = two_kernels() ? 0 : (params.hidden + kWeightGradColumns - 1) / kWeightGradColumns;
+  const int64_t column_blocks =
+      one_launch(params.rows) ? (params.hidden + kWeightGradColumns - 1) / kWeightGradColumns : 0;
   auto launch = [&](auto vec) {
     constexpr int kVec = decltype(vec)::value;
     launch_after_previous(rms_norm_backward_kernel<T, C, kVec>,
-                          static_cast<unsigned>(column_blocks + params.num_partials),
+                          static_cast<unsigned>(column_blocks + row_blocks_for(params.rows)),
                           row_block_threads<kVec>(params.hidden), 0, stream, params, column_blocks);
   };
   if (wide) {
@@ -357,18 +376,14 @@ LaunchStatus rms_norm_forward(const RmsNormForwardParams& params, DType residual
   return last_launch_status();
 }
 
-int64_t rms_norm_backward_num_partials(int64_t rows) {
-  int64_t blocks = (rows + kRowsPerPartial - 1) / kRowsPerPartial;
-  if (blocks < kMinBackwardBlocks) blocks = rows < kMinBackwardBlocks ? rows : kMinBackwardBlocks;
-  return blocks < kMaxBackwardPartials ? blocks : kMaxBackwardPartials;
-}
+int64_t rms_norm_backward_num_partials(int64_t rows) { return one_launch(rows) ? 0 : row_blocks_for(rows); }
 
 LaunchStatus rms_norm_backward(const RmsNormBackwardParams& params, DType residual, DType compute, void* stream) {
   // Empty input: nothing to launch (the op layer returns a zero weight gradient for it).
   if (params.rows == 0) return {};
   const gpuStream_t s = to_stream(stream);
   dispatch_pair(residual, compute, [&](auto t, auto c) { backward_for_types<decltype(t), decltype(c)>(params, s); });
-  if (!two_kernels()) return last_launch_status();
+  if (params.num_partials == 0) return last_launch_status();  // one launch: the column blocks summed it
   const dim3 block(kWeightGradColumns, kWeightGradLanes);
   const dim3 grid(static_cast<unsigned>((params.hidden + kWeightGradColumns - 1) / kWeightGradColumns));
   launch_after_previous(rms_norm_weight_grad_kernel, grid, block, 0, s, params.weight_grad_partial, params.num_partials,
