@@ -8,8 +8,6 @@
 // kernel sums that buffer over blocks in a fixed order.
 #include "rms_norm.cuh"
 
-#include <cstdlib>
-
 namespace tt::kernels {
 
 namespace {
@@ -30,12 +28,15 @@ constexpr int64_t kMaxBackwardPartials = 1024;
 constexpr int64_t kMinBackwardBlocks = 512;
 constexpr int64_t kRowsPerPartial = 4;
 
-// Up to this many rows the weight gradient is summed in the backward's own launch (rms_norm_backward_kernel): one
-// launch a norm instead of two, 17 fewer kernels in the workshop's v4 step (180 instead of 197). Its column blocks
-// read every row, a chain of loads per row lane, so the chains grow with the rows. H200, v4 bf16, one launch against
-// two alternated in one call: workshop (1,024 rows, 16 a lane) 1.2792-1.2840 ms against 1.2892-1.2929; medium
-// (2,048 rows, 8 a lane) 30.59-30.75 against 30.48-30.60, inside what its repeats differ by; long-context (8,192 rows,
-// 128 a lane) 7.20-7.24 against 6.94-6.98, slower: it keeps two kernels.
+// Up to this many rows, and with a 16-bit compute dtype, the weight gradient is summed in the backward's own launch
+// (rms_norm_backward_kernel): one launch a norm instead of two, 17 fewer kernels in the workshop's v4 bf16 step (180
+// instead of 197). Its column blocks read every row, a chain of loads for each row lane, so the chains grow with the
+// rows. H200, v4, one launch against two alternated in one call (session notes dev1129 c2, c3):
+//   bf16 workshop (1,024 rows, 16 a row lane): 1.2792-1.2862 ms against 1.2892-1.2942 (five pairs in two calls);
+//   bf16 medium (2,048 rows, 8 a row lane): 30.59-30.75 ms against 30.48-30.60, inside what its repeats differ by;
+//   bf16 long-context (8,192 rows, 128 a row lane): 7.20-7.24 ms against 6.94-6.98: slower, two kernels there;
+//   fp32 workshop: 6.467-6.480 ms against 6.377-6.385, slower (the backward 13.6 us a call against 6.6 + 6.0 for
+//   the two kernels): fp32 keeps two kernels.
 constexpr int64_t kMaxOneLaunchRows = 2048;
 
 int64_t row_blocks_for(int64_t rows) {
@@ -44,14 +45,7 @@ int64_t row_blocks_for(int64_t rows) {
   return blocks < kMaxBackwardPartials ? blocks : kMaxBackwardPartials;
 }
 
-// TEMPORARY, for an A/B measurement: TT_RMS_TWO_KERNELS=1 takes the two-kernel path at every size.
-bool one_launch(int64_t rows) {
-  static const bool forced_two = [] {
-    const char* v = std::getenv("TT_RMS_TWO_KERNELS");
-    return v && v[0] == '1';
-  }();
-  return rows <= kMaxOneLaunchRows && !forced_two;
-}
+bool one_launch(int64_t rows, DType compute) { return rows <= kMaxOneLaunchRows && compute != DType::kFloat32; }
 
 // =================================================================================================
 // Kernels
@@ -353,7 +347,7 @@ void backward_for_types(const RmsNormBackwardParams& params, gpuStream_t stream)
   const bool wide = use_wide_rows<T, C>(params.hidden, {params.x, params.grad_residual, params.grad_x},
                                         {params.grad_y, params.grad_delta}, {params.weight, params.weight_grad_partial});
   const int64_t column_blocks =
-      one_launch(params.rows) ? (params.hidden + kWeightGradColumns - 1) / kWeightGradColumns : 0;
+      params.num_partials == 0 ? (params.hidden + kWeightGradColumns - 1) / kWeightGradColumns : 0;
   auto launch = [&](auto vec) {
     constexpr int kVec = decltype(vec)::value;
     launch_after_previous(rms_norm_backward_kernel<T, C, kVec>,
@@ -376,7 +370,9 @@ LaunchStatus rms_norm_forward(const RmsNormForwardParams& params, DType residual
   return last_launch_status();
 }
 
-int64_t rms_norm_backward_num_partials(int64_t rows) { return one_launch(rows) ? 0 : row_blocks_for(rows); }
+int64_t rms_norm_backward_num_partials(int64_t rows, DType compute) {
+  return one_launch(rows, compute) ? 0 : row_blocks_for(rows);
+}
 
 LaunchStatus rms_norm_backward(const RmsNormBackwardParams& params, DType residual, DType compute, void* stream) {
   // Empty input: nothing to launch (the op layer returns a zero weight gradient for it).

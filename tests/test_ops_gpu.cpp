@@ -79,8 +79,8 @@ void check_rms_norm(const torch::Tensor& x_in, torch::ScalarType dtype, const st
 TEST(OpsGpu, RmsNormMatchesReferenceOverShapesAndDtypes) {
   TT_REQUIRE_GPU();
   torch::manual_seed(0);
-  // Rows: one; a few; up to 2,048 (the backward's weight gradient summed in its own launch) and beyond (two
-  // kernels: partial sums, then their sum), with more rows than the 1024 partial-sum blocks (several a block).
+  // Rows: one; a few; up to 2,048 (in bf16 and fp16 the backward's weight gradient is summed in its own launch) and
+  // beyond (two kernels, as in fp32: partial sums, then their sum), with more rows than the 1024 partial-sum blocks.
   // Hidden: 1, odd sizes (element-wise path), 512/1000/2048 (16-byte path), 4099 (several strides).
   const std::vector<std::vector<int64_t>> shapes = {{1, 1},    {1, 7},      {3, 129},  {2, 17, 512},  {1000, 1000},
                                                     {5, 4099}, {300, 2048}, {600, 7},  {1025, 129},  {4, 600, 512},
@@ -105,7 +105,7 @@ TEST(OpsGpu, RmsNormHandlesNonContiguousAndMisalignedInputs) {
 TEST(OpsGpu, RmsNormWeightGradientIsBitwiseDeterministic) {
   TT_REQUIRE_GPU();
   torch::manual_seed(2);
-  // 2,000 rows: summed in the backward's own launch; 3,000: partial sums and a second kernel.
+  // 2,000 rows: in bf16 and fp16 summed in the backward's own launch; 3,000 (and fp32): partial sums, a second kernel.
   for (const int64_t rows : {2000, 3000})
     for (const auto dtype : kDtypes) {
       auto x_data = torch::randn({rows, 1000}, gpu()).to(dtype);

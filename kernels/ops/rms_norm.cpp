@@ -144,7 +144,7 @@ BackwardGpu backward_gpu(const torch::Tensor& grad_y_in, const torch::Tensor& x,
   out.grad_x = torch::empty(x.sizes(), x.options());
   // Equal dtypes: delta's gradient is grad_x itself (autograd hands one tensor to both edges).
   if (want_grad_delta && out_dtype != x.scalar_type()) out.grad_delta = torch::empty(x.sizes(), grad_y.options());
-  const int64_t num_partials = kernels::rms_norm_backward_num_partials(rows);
+  const int64_t num_partials = kernels::rms_norm_backward_num_partials(rows, detail::kernel_dtype(out_dtype));
   auto partial = num_partials > 0 ? torch::empty({num_partials, hidden}, f32) : torch::Tensor();
   // An empty batch launches nothing and has a zero weight gradient.
   out.grad_weight = rows == 0 ? torch::zeros({hidden}, f32) : torch::empty({hidden}, f32);
