@@ -2,16 +2,17 @@
 //
 // One block per row. RMSNorm is memory-bound: the forward reads x once for the sum of squares and once
 // more to scale it, the second read being served by L1/L2 (a row is a few KB), so DRAM sees x once.
-// The weight gradient sums over rows; to keep it deterministic without float atomics, each block of the
-// backward accumulates its rows into a private row of a [num_partials, hidden] fp32 scratch buffer and a
-// second kernel sums that buffer over blocks in a fixed order.
+// The weight gradient sums over rows, deterministically (no float atomics). Up to kMaxOneLaunchRows rows, in the
+// backward's own launch: blocks of a second kind each sum a few columns over every row. Beyond, each row block of the
+// backward accumulates its rows into a private row of a [num_partials, hidden] fp32 scratch buffer and a second
+// kernel sums that buffer over blocks in a fixed order.
 #include "rms_norm.cuh"
 
 namespace tt::kernels {
 
 namespace {
 
-// A block of the backward handles rows blockIdx.x, blockIdx.x + gridDim.x, ... Capping the grid keeps
+// A row block of the backward handles rows b, b + row_blocks, ... Capping their number keeps
 // the partial-sum scratch (num_partials * hidden * 4 bytes) small next to the activations (2 MB at
 // hidden 512, 8 MB at 2048). The cap was 256: at the long-context shape (8192 rows of 512, 128 threads a
 // block) that left 8 warps per H100 SM, and one backward took 46 us where its 48 MB of traffic need about
@@ -26,6 +27,25 @@ namespace {
 constexpr int64_t kMaxBackwardPartials = 1024;
 constexpr int64_t kMinBackwardBlocks = 512;
 constexpr int64_t kRowsPerPartial = 4;
+
+// Up to this many rows, and with a 16-bit compute dtype, the weight gradient is summed in the backward's own launch
+// (rms_norm_backward_kernel): one launch a norm instead of two, 17 fewer kernels in the workshop's v4 bf16 step (180
+// instead of 197). Its column blocks read every row, a chain of loads for each row lane, so the chains grow with the
+// rows. H200, v4, one launch against two alternated in one call (session notes dev1129 c2, c3):
+//   bf16 workshop (1,024 rows, 16 a row lane): 1.2792-1.2862 ms against 1.2892-1.2942 (five pairs in two calls);
+//   bf16 medium (2,048 rows, 8 a row lane): 30.59-30.75 ms against 30.48-30.60, inside what its repeats differ by;
+//   bf16 long-context (8,192 rows, 128 a row lane): 7.20-7.24 ms against 6.94-6.98: slower, two kernels there;
+//   fp32 workshop: 6.467-6.480 ms against 6.377-6.385, slower (the backward 13.6 us a call against 6.6 + 6.0 for
+//   the two kernels): fp32 keeps two kernels.
+constexpr int64_t kMaxOneLaunchRows = 2048;
+
+int64_t row_blocks_for(int64_t rows) {
+  int64_t blocks = (rows + kRowsPerPartial - 1) / kRowsPerPartial;
+  if (blocks < kMinBackwardBlocks) blocks = rows < kMinBackwardBlocks ? rows : kMinBackwardBlocks;
+  return blocks < kMaxBackwardPartials ? blocks : kMaxBackwardPartials;
+}
+
+bool one_launch(int64_t rows, DType compute) { return rows <= kMaxOneLaunchRows && compute != DType::kFloat32; }
 
 // =================================================================================================
 // Kernels
@@ -78,16 +98,16 @@ __global__ void rms_norm_forward_kernel(RmsNormForwardParams params) {
 
 // With r = inv_rms and a = grad_y * weight:
 //   grad_x = r * (a - x * r^2 * mean(a * x)) [+ grad_residual],   grad_weight = sum over rows of grad_y * x * r.
+//
+// Row blocks compute grad_x a row at a time (grad_x_rows). Up to kMaxOneLaunchRows rows, column blocks in the same
+// launch sum the weight gradient (weight_gradient_columns below): it needs only grad_y, x and the forward's inv_rms,
+// not grad_x, so neither kind of block waits for the other. Beyond, the row blocks also write partial sums of it
+// and rms_norm_weight_grad_kernel adds those up.
 template <typename T, typename C, int kVec>
-__global__ void rms_norm_backward_kernel(RmsNormBackwardParams params) {
-  start_after_previous_kernel();
+__device__ void grad_x_rows(const RmsNormBackwardParams& params, int64_t row_block, int64_t row_blocks) {
   const int hidden = static_cast<int>(params.hidden);
   const int stride = blockDim.x * kVec;
-  // Each thread owns the same columns of this block's partial row for every row it visits, so the
-  // read-modify-write below needs no synchronisation; the row stays in L2 between visits.
-  float* partial = params.weight_grad_partial + blockIdx.x * params.hidden;
-
-  for (int64_t row = blockIdx.x; row < params.rows; row += gridDim.x) {
+  for (int64_t row = row_block; row < params.rows; row += row_blocks) {
     const int64_t offset = row * params.hidden;
     const T* x = static_cast<const T*>(params.x) + offset;
     const C* grad_y = static_cast<const C*>(params.grad_y) + offset;
@@ -106,21 +126,13 @@ __global__ void rms_norm_backward_kernel(RmsNormBackwardParams params) {
     }
     const float coefficient = inv_rms * inv_rms * block_reduce_sum(dot) / static_cast<float>(hidden);
 
-    // The first row a block visits initialises its partial row, so the scratch needs no zeroing pass.
-    const bool first_row = row == blockIdx.x;
+    const bool first_row = row == row_block;
     for (int col = threadIdx.x * kVec; col < hidden; col += stride) {
       const Pack<T, kVec> xs = load_pack<kVec>(x + col);
       const Pack<C, kVec> gs = load_pack<kVec>(grad_y + col);
       const Pack<float, kVec> ws = load_pack<kVec>(params.weight + col);
       Pack<T, kVec> rs;
       if (grad_residual) rs = load_pack<kVec>(grad_residual + col);
-      Pack<float, kVec> acc;
-      if (first_row) {
-#pragma unroll
-        for (int v = 0; v < kVec; ++v) acc.values[v] = 0.0f;
-      } else {
-        acc = load_pack<kVec>(partial + col);
-      }
       Pack<T, kVec> dxs;
       Pack<C, kVec> dds;
 #pragma unroll
@@ -133,16 +145,110 @@ __global__ void rms_norm_backward_kernel(RmsNormBackwardParams params) {
         if (grad_residual) dx = from_float<T>(to_float(dx) + to_float(rs.values[v]));
         dxs.values[v] = dx;
         dds.values[v] = from_float<C>(to_float(dx));
-        acc.values[v] += gv * (xv * inv_rms);
       }
       store_pack<kVec>(grad_x + col, dxs);
       if (grad_delta) store_pack<kVec>(grad_delta + col, dds);
-      store_pack<kVec>(partial + col, acc);
+      // The two-kernel path: this block's partial row of the weight gradient. Each thread owns the same columns of
+      // it for every row the block visits, so the read-modify-write needs no synchronisation; the first row
+      // initialises it, so the scratch needs no zeroing pass.
+      if (params.weight_grad_partial) {
+        float* p = params.weight_grad_partial + row_block * params.hidden;
+        Pack<float, kVec> acc;
+        if (first_row) {
+#pragma unroll
+          for (int v = 0; v < kVec; ++v) acc.values[v] = 0.0f;
+        } else {
+          acc = load_pack<kVec>(p + col);
+        }
+#pragma unroll
+        for (int v = 0; v < kVec; ++v)
+          acc.values[v] += to_float(gs.values[v]) * (to_float(xs.values[v]) * inv_rms);
+        store_pack<kVec>(p + col, acc);
+      }
     }
   }
 }
 
-// grad_weight[col] = sum over b of partial[b, col], always in the same order (below).
+// A column block's kWeightGradColumns columns (one 32-byte sector of each fp32 row when hidden is a multiple of 8)
+// are kWeightGradColumns / kVec threads wide, one pack each; the block's other threads split the rows:
+// row lane l sums rows l, l + row_lanes, ... in that order. The row lanes of a warp are then added by a fixed xor
+// tree, and the warps' sums in warp order: the same order in every run, so the gradient is bitwise reproducible.
+constexpr int kWeightGradColumns = 8;
+
+template <typename T, typename C, int kVec>
+__device__ void weight_gradient_columns(const RmsNormBackwardParams& params, int64_t column_block) {
+  static_assert(kWeightGradColumns % kVec == 0, "a column block is whole packs wide");
+  constexpr int kColumnThreads = kWeightGradColumns / kVec;
+  static_assert(kMaxWarpSize % kColumnThreads == 0, "a warp holds whole rows of a column block");
+  __shared__ float warp_sums[kMaxBlockThreads / warp_size()][kWeightGradColumns];
+  const int64_t first_col = column_block * kWeightGradColumns;
+  const int64_t col = first_col + threadIdx.x % kColumnThreads * kVec;
+  const int64_t row_lanes = blockDim.x / kColumnThreads;
+  float sums[kVec] = {};
+  // The wide path keeps hidden a multiple of kVec, so a pack is wholly inside the row or wholly past its end.
+  if (col < params.hidden) {
+    const T* x = static_cast<const T*>(params.x) + col;
+    const C* grad_y = static_cast<const C*>(params.grad_y) + col;
+    // kUnroll rows' loads in flight before their adds, which still run in row order.
+    constexpr int kUnroll = 2;
+    int64_t row = threadIdx.x / kColumnThreads;
+    for (; row + (kUnroll - 1) * row_lanes < params.rows; row += kUnroll * row_lanes) {
+      Pack<T, kVec> xs[kUnroll];
+      Pack<C, kVec> gs[kUnroll];
+      float inv_rms[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t r = row + u * row_lanes;
+        xs[u] = load_pack<kVec>(x + r * params.hidden);
+        gs[u] = load_pack<kVec>(grad_y + r * params.hidden);
+        inv_rms[u] = params.inv_rms[r];
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) sums[v] += to_float(gs[u].values[v]) * (to_float(xs[u].values[v]) * inv_rms[u]);
+    }
+    for (; row < params.rows; row += row_lanes) {
+      const Pack<T, kVec> xs = load_pack<kVec>(x + row * params.hidden);
+      const Pack<C, kVec> gs = load_pack<kVec>(grad_y + row * params.hidden);
+      const float inv_rms = params.inv_rms[row];
+#pragma unroll
+      for (int v = 0; v < kVec; ++v) sums[v] += to_float(gs.values[v]) * (to_float(xs.values[v]) * inv_rms);
+    }
+  }
+  // Lanes kColumnThreads apart hold the same columns.
+  for (int offset = kColumnThreads; offset < warp_size(); offset *= 2)
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) sums[v] += shfl_xor(sums[v], offset);
+  const int lane = static_cast<int>(threadIdx.x) % warp_size();
+  const int warp = static_cast<int>(threadIdx.x) / warp_size();
+  if (lane < kColumnThreads)
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) warp_sums[warp][lane * kVec + v] = sums[v];
+  __syncthreads();
+  if (threadIdx.x < kWeightGradColumns && first_col + threadIdx.x < params.hidden) {
+    float total = 0.0f;
+    const int warps = static_cast<int>(blockDim.x) / warp_size();
+    for (int w = 0; w < warps; ++w) total += warp_sums[w][threadIdx.x];
+    params.grad_weight[first_col + threadIdx.x] = total;
+  }
+}
+
+// Blocks [0, column_blocks) are column blocks (none on the two-kernel path), the rest row blocks. The column blocks
+// come first so that their longer chains start first.
+template <typename T, typename C, int kVec>
+__global__ void rms_norm_backward_kernel(RmsNormBackwardParams params, int64_t column_blocks) {
+  start_after_previous_kernel();
+  const int64_t block = blockIdx.x;
+  if (block < column_blocks) {
+    weight_gradient_columns<T, C, kVec>(params, block);
+  } else {
+    grad_x_rows<T, C, kVec>(params, block - column_blocks, gridDim.x - column_blocks);
+  }
+}
+
+// The two-kernel path's second kernel: grad_weight[col] = sum over b of partial[b, col], always in the same order
+// (below).
 // A block covers kWeightGradColumns consecutive columns (one 32-byte sector of each partial row when hidden is a
 // multiple of 8) with kWeightGradLanes threads per column; lane l sums partials l, l + kWeightGradLanes, ..., then lane
 // 0 adds the lane results in lane order. Each lane's sum is a chain of L2 trips, so the split favours many short chains
@@ -150,7 +256,6 @@ __global__ void rms_norm_backward_kernel(RmsNormBackwardParams params) {
 // lane) made the bf16 v4 step 1.3019-1.3024 ms, and 8 x 64 (64 blocks, 8 loads a lane, all in flight at once)
 // 1.2922-1.2936 ms: H200, alternated x3 in one call. Long-context and medium, old split then new, did not differ
 // beyond their repeats (6.943-6.989 and 6.943-6.944 ms; 30.81-30.88 and 30.79-30.82 ms).
-constexpr int kWeightGradColumns = 8;
 constexpr int kWeightGradLanes = 64;
 static_assert(kWeightGradColumns * kWeightGradLanes % kMaxWarpSize == 0 &&
                   kWeightGradColumns * kWeightGradLanes <= kMaxBlockThreads,
@@ -241,10 +346,13 @@ template <typename T, typename C>
 void backward_for_types(const RmsNormBackwardParams& params, gpuStream_t stream) {
   const bool wide = use_wide_rows<T, C>(params.hidden, {params.x, params.grad_residual, params.grad_x},
                                         {params.grad_y, params.grad_delta}, {params.weight, params.weight_grad_partial});
+  const int64_t column_blocks =
+      params.num_partials == 0 ? (params.hidden + kWeightGradColumns - 1) / kWeightGradColumns : 0;
   auto launch = [&](auto vec) {
     constexpr int kVec = decltype(vec)::value;
-    launch_after_previous(rms_norm_backward_kernel<T, C, kVec>, static_cast<unsigned>(params.num_partials),
-                          row_block_threads<kVec>(params.hidden), 0, stream, params);
+    launch_after_previous(rms_norm_backward_kernel<T, C, kVec>,
+                          static_cast<unsigned>(column_blocks + row_blocks_for(params.rows)),
+                          row_block_threads<kVec>(params.hidden), 0, stream, params, column_blocks);
   };
   if (wide) {
     launch(std::integral_constant<int, kWideVec<T>>{});
@@ -262,10 +370,8 @@ LaunchStatus rms_norm_forward(const RmsNormForwardParams& params, DType residual
   return last_launch_status();
 }
 
-int64_t rms_norm_backward_num_partials(int64_t rows) {
-  int64_t blocks = (rows + kRowsPerPartial - 1) / kRowsPerPartial;
-  if (blocks < kMinBackwardBlocks) blocks = rows < kMinBackwardBlocks ? rows : kMinBackwardBlocks;
-  return blocks < kMaxBackwardPartials ? blocks : kMaxBackwardPartials;
+int64_t rms_norm_backward_num_partials(int64_t rows, DType compute) {
+  return one_launch(rows, compute) ? 0 : row_blocks_for(rows);
 }
 
 LaunchStatus rms_norm_backward(const RmsNormBackwardParams& params, DType residual, DType compute, void* stream) {
@@ -273,6 +379,7 @@ LaunchStatus rms_norm_backward(const RmsNormBackwardParams& params, DType residu
   if (params.rows == 0) return {};
   const gpuStream_t s = to_stream(stream);
   dispatch_pair(residual, compute, [&](auto t, auto c) { backward_for_types<decltype(t), decltype(c)>(params, s); });
+  if (params.num_partials == 0) return last_launch_status();  // one launch: the column blocks summed it
   const dim3 block(kWeightGradColumns, kWeightGradLanes);
   const dim3 grid(static_cast<unsigned>((params.hidden + kWeightGradColumns - 1) / kWeightGradColumns));
   launch_after_previous(rms_norm_weight_grad_kernel, grid, block, 0, s, params.weight_grad_partial, params.num_partials,

@@ -35,20 +35,23 @@ struct RmsNormBackwardParams {
   const float* inv_rms;        // [rows], from the forward
   void* grad_x;                // [rows, hidden], contiguous, T
   void* grad_delta;            // nullptr, or [rows, hidden], contiguous, C: grad_x again, in C (delta's gradient)
-  float* weight_grad_partial;  // [num_partials, hidden] scratch, fp32
+  float* weight_grad_partial;  // [num_partials, hidden] scratch, fp32; nullptr when num_partials is 0
   float* grad_weight;          // [hidden], fp32
   int64_t rows;
   int64_t hidden;
-  int64_t num_partials;  // must be rms_norm_backward_num_partials(rows)
+  int64_t num_partials;  // must be rms_norm_backward_num_partials(rows, compute)
 };
 
 LaunchStatus rms_norm_forward(const RmsNormForwardParams& params, DType residual, DType compute, void* stream);
 
-// Rows of the scratch buffer the backward needs: one per block of its first kernel. It depends only on
-// `rows` (not on the GPU), so the weight gradient is bitwise reproducible across runs and devices.
-int64_t rms_norm_backward_num_partials(int64_t rows);
+// Rows of the scratch buffer the backward needs: 0 where the weight gradient is summed in the backward's own launch
+// (up to kMaxOneLaunchRows rows with a 16-bit compute dtype, rms_norm.cu), else one per row block of its first
+// kernel. It depends only on `rows` and `compute` (not on the GPU), and so does the summation order: the weight
+// gradient is bitwise reproducible across runs and devices.
+int64_t rms_norm_backward_num_partials(int64_t rows, DType compute);
 
-// grad_x (and grad_delta), and grad_weight as the fixed-order sum over rows (no atomics): two kernels.
+// grad_x (and grad_delta), and grad_weight as a fixed-order sum over rows (no atomics): one kernel when
+// num_partials is 0, else two (rms_norm.cu says when and why).
 LaunchStatus rms_norm_backward(const RmsNormBackwardParams& params, DType residual, DType compute, void* stream);
 
 }  // namespace tt::kernels

@@ -79,7 +79,8 @@ void check_rms_norm(const torch::Tensor& x_in, torch::ScalarType dtype, const st
 TEST(OpsGpu, RmsNormMatchesReferenceOverShapesAndDtypes) {
   TT_REQUIRE_GPU();
   torch::manual_seed(0);
-  // Rows: one; a few; more than the backward's 1024 partial-sum blocks (several rows per block).
+  // Rows: one; a few; up to 2,048 (in bf16 and fp16 the backward's weight gradient is summed in its own launch) and
+  // beyond (two kernels, as in fp32: partial sums, then their sum), with more rows than the 1024 partial-sum blocks.
   // Hidden: 1, odd sizes (element-wise path), 512/1000/2048 (16-byte path), 4099 (several strides).
   const std::vector<std::vector<int64_t>> shapes = {{1, 1},    {1, 7},      {3, 129},  {2, 17, 512},  {1000, 1000},
                                                     {5, 4099}, {300, 2048}, {600, 7},  {1025, 129},  {4, 600, 512},
@@ -104,24 +105,26 @@ TEST(OpsGpu, RmsNormHandlesNonContiguousAndMisalignedInputs) {
 TEST(OpsGpu, RmsNormWeightGradientIsBitwiseDeterministic) {
   TT_REQUIRE_GPU();
   torch::manual_seed(2);
-  for (const auto dtype : kDtypes) {
-    auto x_data = torch::randn({2000, 1000}, gpu()).to(dtype);
-    auto grad_y = torch::randn({2000, 1000}, gpu()).to(dtype);
-    auto weight_data = torch::randn({1000}, gpu());
-    std::vector<torch::Tensor> weight_grads;
-    std::vector<torch::Tensor> x_grads;
-    for (int run = 0; run < 2; ++run) {
-      auto x = leaf(x_data);
-      auto weight = leaf(weight_data);
-      auto grads = grads_of({tt::ops::rms_norm(x, weight, kEps)}, {x, weight}, {grad_y});
-      x_grads.push_back(grads[0]);
-      weight_grads.push_back(grads[1]);
+  // 2,000 rows: in bf16 and fp16 summed in the backward's own launch; 3,000 (and fp32): partial sums, a second kernel.
+  for (const int64_t rows : {2000, 3000})
+    for (const auto dtype : kDtypes) {
+      auto x_data = torch::randn({rows, 1000}, gpu()).to(dtype);
+      auto grad_y = torch::randn({rows, 1000}, gpu()).to(dtype);
+      auto weight_data = torch::randn({1000}, gpu());
+      std::vector<torch::Tensor> weight_grads;
+      std::vector<torch::Tensor> x_grads;
+      for (int run = 0; run < 2; ++run) {
+        auto x = leaf(x_data);
+        auto weight = leaf(weight_data);
+        auto grads = grads_of({tt::ops::rms_norm(x, weight, kEps)}, {x, weight}, {grad_y});
+        x_grads.push_back(grads[0]);
+        weight_grads.push_back(grads[1]);
+      }
+      EXPECT_TRUE(torch::equal(weight_grads[0], weight_grads[1]))
+          << "rms_norm grad weight [" << dtype_name(dtype) << "] differs between two identical runs";
+      EXPECT_TRUE(torch::equal(x_grads[0], x_grads[1]))
+          << "rms_norm grad x [" << dtype_name(dtype) << "] differs between two identical runs";
     }
-    EXPECT_TRUE(torch::equal(weight_grads[0], weight_grads[1]))
-        << "rms_norm grad weight [" << dtype_name(dtype) << "] differs between two identical runs";
-    EXPECT_TRUE(torch::equal(x_grads[0], x_grads[1]))
-        << "rms_norm grad x [" << dtype_name(dtype) << "] differs between two identical runs";
-  }
 }
 
 TEST(OpsGpu, RmsNormEmptyBatch) {

@@ -144,8 +144,8 @@ BackwardGpu backward_gpu(const torch::Tensor& grad_y_in, const torch::Tensor& x,
   out.grad_x = torch::empty(x.sizes(), x.options());
   // Equal dtypes: delta's gradient is grad_x itself (autograd hands one tensor to both edges).
   if (want_grad_delta && out_dtype != x.scalar_type()) out.grad_delta = torch::empty(x.sizes(), grad_y.options());
-  const int64_t num_partials = kernels::rms_norm_backward_num_partials(rows);
-  auto partial = torch::empty({num_partials, hidden}, f32);
+  const int64_t num_partials = kernels::rms_norm_backward_num_partials(rows, detail::kernel_dtype(out_dtype));
+  auto partial = num_partials > 0 ? torch::empty({num_partials, hidden}, f32) : torch::Tensor();
   // An empty batch launches nothing and has a zero weight gradient.
   out.grad_weight = rows == 0 ? torch::zeros({hidden}, f32) : torch::empty({hidden}, f32);
   kernels::RmsNormBackwardParams params{};
@@ -156,7 +156,7 @@ BackwardGpu backward_gpu(const torch::Tensor& grad_y_in, const torch::Tensor& x,
   params.inv_rms = inv_rms.data_ptr<float>();
   params.grad_x = out.grad_x.data_ptr();
   params.grad_delta = out.grad_delta.defined() ? out.grad_delta.data_ptr() : nullptr;
-  params.weight_grad_partial = partial.data_ptr<float>();
+  params.weight_grad_partial = partial.defined() ? partial.data_ptr<float>() : nullptr;
   params.grad_weight = out.grad_weight.data_ptr<float>();
   params.rows = rows;
   params.hidden = hidden;
