@@ -180,6 +180,14 @@ TEST(OpsCpu, RmsNormBackwardPathsAndTheirContract) {
   EXPECT_TRUE(refused(0, &scratch)) << "a scratch buffer on the one-launch path";
   EXPECT_TRUE(refused(rms_norm_backward_num_partials(1000, DType::kFloat32), &scratch))
       << "two kernels where the rows and dtype call for one launch";
+  // What the op layer passes is accepted. Only without a GPU: the launch itself then fails, with another message,
+  // where on a GPU it would run on these null tensors (the GPU tests pass the rule's arguments on every backward).
+  if (!torch::cuda::is_available()) {
+    params.rows = 1000;
+    EXPECT_FALSE(refused(0, nullptr)) << "the one-launch path's own arguments";
+    params.rows = 3000;
+    EXPECT_FALSE(refused(needed, &scratch)) << "the two-kernel path's own arguments";
+  }
 #endif
 }
 
