@@ -2,17 +2,18 @@
 //
 // One block per row. RMSNorm is memory-bound: the forward reads x once for the sum of squares and once
 // more to scale it, the second read being served by L1/L2 (a row is a few KB), so DRAM sees x once.
-// The weight gradient sums over rows, deterministically (no float atomics). Up to kMaxOneLaunchRows rows, in the
-// backward's own launch: blocks of a second kind each sum a few columns over every row. Beyond, each row block of the
-// backward accumulates its rows into a private row of a [num_partials, hidden] fp32 scratch buffer and a second
-// kernel sums that buffer over blocks in a fixed order.
+// The weight gradient sums over rows, deterministically (no float atomics). Up to kMaxOneLaunchRows rows with a
+// 16-bit compute dtype, in the backward's own launch: blocks of a second kind each sum a few columns over every row.
+// Otherwise each row block of the backward accumulates its rows into a private row of a [num_partials, hidden] fp32
+// scratch buffer and a second kernel sums that buffer over blocks in a fixed order.
 #include "rms_norm.cuh"
 
 namespace tt::kernels {
 
 namespace {
 
-// A row block of the backward handles rows b, b + row_blocks, ... Capping their number keeps
+// A row block of the backward handles rows b, b + row_blocks, ... (these counts were tuned for the two-kernel path;
+// the one-launch path takes the same counts, not tuned for it). Capping their number keeps
 // the partial-sum scratch (num_partials * hidden * 4 bytes) small next to the activations (2 MB at
 // hidden 512, 8 MB at 2048). The cap was 256: at the long-context shape (8192 rows of 512, 128 threads a
 // block) that left 8 warps per H100 SM, and one backward took 46 us where its 48 MB of traffic need about
@@ -31,11 +32,12 @@ constexpr int64_t kRowsPerPartial = 4;
 // Up to this many rows, and with a 16-bit compute dtype, the weight gradient is summed in the backward's own launch
 // (rms_norm_backward_kernel): one launch a norm instead of two, 17 fewer kernels in the workshop's v4 bf16 step (180
 // instead of 197). Its column blocks read every row, a chain of loads for each row lane, so the chains grow with the
-// rows. H200, v4, one launch against two alternated in one call (session notes dev1129 c2, c3):
+// rows per row lane (rows over a lane count that follows from hidden). Only three shapes were measured (H200, v4, one
+// launch against two alternated; session notes dev1129 c2, c3), and the threshold sits between them:
 //   bf16 workshop (1,024 rows, 16 a row lane): 1.2792-1.2862 ms against 1.2892-1.2942 (five pairs in two calls);
 //   bf16 medium (2,048 rows, 8 a row lane): 30.59-30.75 ms against 30.48-30.60, inside what its repeats differ by;
 //   bf16 long-context (8,192 rows, 128 a row lane): 7.20-7.24 ms against 6.94-6.98: slower, two kernels there;
-//   fp32 workshop: 6.467-6.480 ms against 6.377-6.385, slower (the backward 13.6 us a call against 6.6 + 6.0 for
+//   fp32 workshop: 6.467-6.480 ms against 6.377-6.384, slower (the backward 13.6 us a call against 6.6 + 6.0 for
 //   the two kernels): fp32 keeps two kernels.
 constexpr int64_t kMaxOneLaunchRows = 2048;
 
@@ -99,14 +101,18 @@ __global__ void rms_norm_forward_kernel(RmsNormForwardParams params) {
 // With r = inv_rms and a = grad_y * weight:
 //   grad_x = r * (a - x * r^2 * mean(a * x)) [+ grad_residual],   grad_weight = sum over rows of grad_y * x * r.
 //
-// Row blocks compute grad_x a row at a time (grad_x_rows). Up to kMaxOneLaunchRows rows, column blocks in the same
-// launch sum the weight gradient (weight_gradient_columns below): it needs only grad_y, x and the forward's inv_rms,
-// not grad_x, so neither kind of block waits for the other. Beyond, the row blocks also write partial sums of it
-// and rms_norm_weight_grad_kernel adds those up.
-template <typename T, typename C, int kVec>
+// Row blocks compute grad_x a row at a time (grad_x_rows). Up to kMaxOneLaunchRows rows with a 16-bit compute dtype
+// (one_launch), column blocks in the same launch sum the weight gradient (weight_gradient_columns below): it needs only
+// grad_y, x and the forward's inv_rms, not grad_x, so neither kind of block waits for the other. Otherwise the row
+// blocks also write partial sums of it and rms_norm_weight_grad_kernel adds those up.
+template <typename T, typename C, int kVec, bool kPartials>
 __device__ void grad_x_rows(const RmsNormBackwardParams& params, int64_t row_block, int64_t row_blocks) {
   const int hidden = static_cast<int>(params.hidden);
   const int stride = blockDim.x * kVec;
+  // kPartials: this block's partial row of the weight gradient. Each thread owns the same columns of it for every
+  // row the block visits, so the read-modify-write below needs no synchronisation; the row stays in L2 between visits.
+  float* partial = kPartials ? params.weight_grad_partial + row_block * params.hidden : nullptr;
+
   for (int64_t row = row_block; row < params.rows; row += row_blocks) {
     const int64_t offset = row * params.hidden;
     const T* x = static_cast<const T*>(params.x) + offset;
@@ -126,6 +132,7 @@ __device__ void grad_x_rows(const RmsNormBackwardParams& params, int64_t row_blo
     }
     const float coefficient = inv_rms * inv_rms * block_reduce_sum(dot) / static_cast<float>(hidden);
 
+    // The first row a block visits initialises its partial row, so the scratch needs no zeroing pass.
     const bool first_row = row == row_block;
     for (int col = threadIdx.x * kVec; col < hidden; col += stride) {
       const Pack<T, kVec> xs = load_pack<kVec>(x + col);
@@ -133,6 +140,15 @@ __device__ void grad_x_rows(const RmsNormBackwardParams& params, int64_t row_blo
       const Pack<float, kVec> ws = load_pack<kVec>(params.weight + col);
       Pack<T, kVec> rs;
       if (grad_residual) rs = load_pack<kVec>(grad_residual + col);
+      Pack<float, kVec> acc;
+      if constexpr (kPartials) {
+        if (first_row) {
+#pragma unroll
+          for (int v = 0; v < kVec; ++v) acc.values[v] = 0.0f;
+        } else {
+          acc = load_pack<kVec>(partial + col);
+        }
+      }
       Pack<T, kVec> dxs;
       Pack<C, kVec> dds;
 #pragma unroll
@@ -145,41 +161,29 @@ __device__ void grad_x_rows(const RmsNormBackwardParams& params, int64_t row_blo
         if (grad_residual) dx = from_float<T>(to_float(dx) + to_float(rs.values[v]));
         dxs.values[v] = dx;
         dds.values[v] = from_float<C>(to_float(dx));
+        if constexpr (kPartials) acc.values[v] += gv * (xv * inv_rms);
       }
       store_pack<kVec>(grad_x + col, dxs);
       if (grad_delta) store_pack<kVec>(grad_delta + col, dds);
-      // The two-kernel path: this block's partial row of the weight gradient. Each thread owns the same columns of
-      // it for every row the block visits, so the read-modify-write needs no synchronisation; the first row
-      // initialises it, so the scratch needs no zeroing pass.
-      if (params.weight_grad_partial) {
-        float* p = params.weight_grad_partial + row_block * params.hidden;
-        Pack<float, kVec> acc;
-        if (first_row) {
-#pragma unroll
-          for (int v = 0; v < kVec; ++v) acc.values[v] = 0.0f;
-        } else {
-          acc = load_pack<kVec>(p + col);
-        }
-#pragma unroll
-        for (int v = 0; v < kVec; ++v)
-          acc.values[v] += to_float(gs.values[v]) * (to_float(xs.values[v]) * inv_rms);
-        store_pack<kVec>(p + col, acc);
-      }
+      if constexpr (kPartials) store_pack<kVec>(partial + col, acc);
     }
   }
 }
 
-// A column block's kWeightGradColumns columns (one 32-byte sector of each fp32 row when hidden is a multiple of 8)
-// are kWeightGradColumns / kVec threads wide, one pack each; the block's other threads split the rows:
-// row lane l sums rows l, l + row_lanes, ... in that order. The row lanes of a warp are then added by a fixed xor
-// tree, and the warps' sums in warp order: the same order in every run, so the gradient is bitwise reproducible.
+// A column block's kWeightGradColumns columns are kWeightGradColumns / kVec threads wide, one pack each; the block's
+// other threads split the rows: row lane l sums rows l, l + row_lanes, ... in that order. The row lanes of a warp are
+// then added by a fixed xor tree, and the warps' sums in warp order. A column block has the row blocks' size (one
+// launch, one block size: row_block_threads), so its number of row lanes, the length of its chains and its summation
+// order follow from hidden, the pack width and the warp size: the same order in every run on one kind of GPU, so the
+// gradient is bitwise reproducible there. Eight columns, as in the second kernel: one 32-byte sector of each row of
+// an fp32 x (half of one of a 16-bit grad_y); not tuned.
 constexpr int kWeightGradColumns = 8;
 
 template <typename T, typename C, int kVec>
 __device__ void weight_gradient_columns(const RmsNormBackwardParams& params, int64_t column_block) {
   static_assert(kWeightGradColumns % kVec == 0, "a column block is whole packs wide");
   constexpr int kColumnThreads = kWeightGradColumns / kVec;
-  static_assert(kMaxWarpSize % kColumnThreads == 0, "a warp holds whole rows of a column block");
+  static_assert(warp_size() % kColumnThreads == 0, "a warp holds whole rows of a column block");
   __shared__ float warp_sums[kMaxBlockThreads / warp_size()][kWeightGradColumns];
   const int64_t first_col = column_block * kWeightGradColumns;
   const int64_t col = first_col + threadIdx.x % kColumnThreads * kVec;
@@ -189,7 +193,8 @@ __device__ void weight_gradient_columns(const RmsNormBackwardParams& params, int
   if (col < params.hidden) {
     const T* x = static_cast<const T*>(params.x) + col;
     const C* grad_y = static_cast<const C*>(params.grad_y) + col;
-    // kUnroll rows' loads in flight before their adds, which still run in row order.
+    // kUnroll rows' loads in flight before their adds, which still run in row order. Not timed alone: 4 took the
+    // kernel from 32 to 48 registers a thread (fp32 residual, bf16 compute), which its row blocks would pay too.
     constexpr int kUnroll = 2;
     int64_t row = threadIdx.x / kColumnThreads;
     for (; row + (kUnroll - 1) * row_lanes < params.rows; row += kUnroll * row_lanes) {
@@ -234,16 +239,27 @@ __device__ void weight_gradient_columns(const RmsNormBackwardParams& params, int
   }
 }
 
-// Blocks [0, column_blocks) are column blocks (none on the two-kernel path), the rest row blocks. The column blocks
-// come first so that their longer chains start first.
-template <typename T, typename C, int kVec>
-__global__ void rms_norm_backward_kernel(RmsNormBackwardParams params, int64_t column_blocks) {
+__host__ __device__ constexpr int64_t column_blocks_for(int64_t hidden) {
+  return (hidden + kWeightGradColumns - 1) / kWeightGradColumns;
+}
+
+// kOneLaunch: blocks [0, column_blocks_for(hidden)) are column blocks, first so that their longer chains start first,
+// the rest row blocks. Otherwise the two-kernel path's first kernel: row blocks that write partial sums, compiled
+// without the column blocks' code, so that it keeps the registers it had before the one-launch form existed (30 a
+// thread instead of 39 for an fp32 residual with bf16 compute: nvcc sizes a kernel's registers for its largest path).
+template <typename T, typename C, int kVec, bool kOneLaunch>
+__global__ void rms_norm_backward_kernel(RmsNormBackwardParams params) {
   start_after_previous_kernel();
-  const int64_t block = blockIdx.x;
-  if (block < column_blocks) {
-    weight_gradient_columns<T, C, kVec>(params, block);
+  if constexpr (kOneLaunch) {
+    const int64_t column_blocks = column_blocks_for(params.hidden);
+    const int64_t block = blockIdx.x;
+    if (block < column_blocks) {
+      weight_gradient_columns<T, C, kVec>(params, block);
+    } else {
+      grad_x_rows<T, C, kVec, false>(params, block - column_blocks, gridDim.x - column_blocks);
+    }
   } else {
-    grad_x_rows<T, C, kVec>(params, block - column_blocks, gridDim.x - column_blocks);
+    grad_x_rows<T, C, kVec, true>(params, blockIdx.x, gridDim.x);
   }
 }
 
@@ -346,13 +362,13 @@ template <typename T, typename C>
 void backward_for_types(const RmsNormBackwardParams& params, gpuStream_t stream) {
   const bool wide = use_wide_rows<T, C>(params.hidden, {params.x, params.grad_residual, params.grad_x},
                                         {params.grad_y, params.grad_delta}, {params.weight, params.weight_grad_partial});
-  const int64_t column_blocks =
-      params.num_partials == 0 ? (params.hidden + kWeightGradColumns - 1) / kWeightGradColumns : 0;
+  const bool one_launch = params.num_partials == 0;
+  const int64_t blocks = (one_launch ? column_blocks_for(params.hidden) : 0) + row_blocks_for(params.rows);
   auto launch = [&](auto vec) {
     constexpr int kVec = decltype(vec)::value;
-    launch_after_previous(rms_norm_backward_kernel<T, C, kVec>,
-                          static_cast<unsigned>(column_blocks + row_blocks_for(params.rows)),
-                          row_block_threads<kVec>(params.hidden), 0, stream, params, column_blocks);
+    launch_after_previous(
+        one_launch ? rms_norm_backward_kernel<T, C, kVec, true> : rms_norm_backward_kernel<T, C, kVec, false>,
+        static_cast<unsigned>(blocks), row_block_threads<kVec>(params.hidden), 0, stream, params);
   };
   if (wide) {
     launch(std::integral_constant<int, kWideVec<T>>{});
@@ -377,6 +393,13 @@ int64_t rms_norm_backward_num_partials(int64_t rows, DType compute) {
 LaunchStatus rms_norm_backward(const RmsNormBackwardParams& params, DType residual, DType compute, void* stream) {
   // Empty input: nothing to launch (the op layer returns a zero weight gradient for it).
   if (params.rows == 0) return {};
+  // The path, the grid and the scratch follow from num_partials: a value from anywhere else would write past the
+  // scratch or leave the gradient unwritten.
+  if (params.num_partials != rms_norm_backward_num_partials(params.rows, compute) ||
+      (params.num_partials > 0) != (params.weight_grad_partial != nullptr))
+    return {
+        "rms_norm_backward: num_partials must be rms_norm_backward_num_partials(rows, compute), with a scratch "
+        "buffer of that many rows exactly when it is above 0"};
   const gpuStream_t s = to_stream(stream);
   dispatch_pair(residual, compute, [&](auto t, auto c) { backward_for_types<decltype(t), decltype(c)>(params, s); });
   if (params.num_partials == 0) return last_launch_status();  // one launch: the column blocks summed it

@@ -46,8 +46,9 @@ LaunchStatus rms_norm_forward(const RmsNormForwardParams& params, DType residual
 
 // Rows of the scratch buffer the backward needs: 0 where the weight gradient is summed in the backward's own launch
 // (up to kMaxOneLaunchRows rows with a 16-bit compute dtype, rms_norm.cu), else one per row block of its first
-// kernel. It depends only on `rows` and `compute` (not on the GPU), and so does the summation order: the weight
-// gradient is bitwise reproducible across runs and devices.
+// kernel. It depends only on `rows` and `compute`. The weight gradient is bitwise reproducible run to run: with
+// partial sums its summation order depends on `rows` alone; in one launch also on hidden, the pack width (the
+// pointers' alignment) and the warp size, so it may differ between NVIDIA and AMD GPUs.
 int64_t rms_norm_backward_num_partials(int64_t rows, DType compute);
 
 // grad_x (and grad_delta), and grad_weight as a fixed-order sum over rows (no atomics): one kernel when

@@ -17,6 +17,9 @@
 #include "kernels/ops/embedding.h"
 #include "kernels/ops/naive_swiglu.h"
 #include "kernels/ops/rms_norm.h"
+#ifdef TT_HAVE_GPU_KERNELS
+#include "kernels/rms_norm.cuh"
+#endif
 #include "kernels/ops/rope.h"
 #include "kernels/ops/swiglu.h"
 #include "models/reference.h"
@@ -139,6 +142,53 @@ TEST(OpsCpu, RmsNormRejectsBadInputs) {
   expect_error([&] { tt::ops::rms_norm(x, weight.to(torch::kInt64), 1e-6); }, "weight must be a floating-point");
   expect_error([&] { tt::ops::rms_norm(torch::randn({2, 0}), torch::ones({0}), 1e-6); }, "hidden > 0");
   expect_error([&] { tt::ops::rms_norm(x, weight, -1.0); }, "eps must be finite and >= 0");
+}
+
+// The backward's two paths (kernels/rms_norm.cu): the weight gradient summed in the backward's own launch up to 2,048
+// rows with a 16-bit compute dtype, partial sums and a second kernel otherwise; and the launcher refusing a
+// num_partials or scratch that does not match (before any GPU work, so this runs without a GPU).
+TEST(OpsCpu, RmsNormBackwardPathsAndTheirContract) {
+#ifndef TT_HAVE_GPU_KERNELS
+  GTEST_SKIP() << "no GPU kernels in this build";
+#else
+  using tt::kernels::DType;
+  using tt::kernels::rms_norm_backward_num_partials;
+  for (const DType compute : {DType::kBFloat16, DType::kFloat16}) {
+    EXPECT_EQ(rms_norm_backward_num_partials(1, compute), 0);
+    EXPECT_EQ(rms_norm_backward_num_partials(1024, compute), 0);
+    EXPECT_EQ(rms_norm_backward_num_partials(2048, compute), 0);
+    EXPECT_GT(rms_norm_backward_num_partials(2049, compute), 0);
+    EXPECT_GT(rms_norm_backward_num_partials(8192, compute), 0);
+  }
+  for (const int64_t rows : {1, 1024, 2048, 8192}) EXPECT_GT(rms_norm_backward_num_partials(rows, DType::kFloat32), 0);
+
+  float scratch = 0.0f;
+  tt::kernels::RmsNormBackwardParams params{};
+  params.rows = 3000;
+  params.hidden = 512;
+  const int64_t needed = rms_norm_backward_num_partials(3000, DType::kBFloat16);
+  const auto refused = [&](int64_t num_partials, float* partial) {
+    params.num_partials = num_partials;
+    params.weight_grad_partial = partial;
+    const auto status = tt::kernels::rms_norm_backward(params, DType::kFloat32, DType::kBFloat16, nullptr);
+    return !status.ok() && std::string(status.error).find("num_partials must be") != std::string::npos;
+  };
+  EXPECT_TRUE(refused(needed - 1, &scratch)) << "fewer partial rows than the row blocks";
+  EXPECT_TRUE(refused(needed, nullptr)) << "partial sums without a scratch buffer";
+  EXPECT_TRUE(refused(0, nullptr)) << "one launch where the rows call for two kernels";
+  params.rows = 1000;
+  EXPECT_TRUE(refused(0, &scratch)) << "a scratch buffer on the one-launch path";
+  EXPECT_TRUE(refused(rms_norm_backward_num_partials(1000, DType::kFloat32), &scratch))
+      << "two kernels where the rows and dtype call for one launch";
+  // What the op layer passes is accepted. Only without a GPU: the launch itself then fails, with another message,
+  // where on a GPU it would run on these null tensors (the GPU tests pass the rule's arguments on every backward).
+  if (!torch::cuda::is_available()) {
+    params.rows = 1000;
+    EXPECT_FALSE(refused(0, nullptr)) << "the one-launch path's own arguments";
+    params.rows = 3000;
+    EXPECT_FALSE(refused(needed, &scratch)) << "the two-kernel path's own arguments";
+  }
+#endif
 }
 
 // ---- Residual add fused with RMSNorm -------------------------------------------------------------

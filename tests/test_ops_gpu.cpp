@@ -193,7 +193,10 @@ TEST(OpsGpu, AddRmsNormMatchesAddThenNormOverShapesAndDtypePairs) {
   const std::vector<std::pair<torch::ScalarType, torch::ScalarType>> pairs = {
       {torch::kFloat32, torch::kFloat32}, {torch::kBFloat16, torch::kBFloat16}, {torch::kFloat16, torch::kFloat16},
       {torch::kFloat32, torch::kBFloat16}, {torch::kFloat32, torch::kFloat16}};
-  const std::vector<std::vector<int64_t>> shapes = {{1, 1}, {3, 129}, {2, 17, 512}, {1025, 7}, {5, 4099}, {300, 2048}};
+  // Rows up to 2,048 (one launch with a 16-bit compute dtype) and beyond (two kernels); hidden 12 and 516 end in half a
+  // column block of 4-wide packs (an fp32 residual's).
+  const std::vector<std::vector<int64_t>> shapes = {{1, 1},      {3, 129},  {2, 17, 512}, {1025, 7},      {5, 4099},
+                                                    {300, 2048}, {300, 12}, {2100, 7},    {2, 1100, 512}, {2100, 516}};
   for (const auto& [residual_dtype, out_dtype] : pairs)
     for (const auto& shape : shapes)
       for (const bool with_delta : {true, false}) check_add_rms_norm(shape, residual_dtype, out_dtype, with_delta);
