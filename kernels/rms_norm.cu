@@ -6,6 +6,8 @@
 // 16-bit compute dtype, in the backward's own launch: blocks of a second kind each sum a few columns over every row.
 // Otherwise each row block of the backward accumulates its rows into a private row of a [num_partials, hidden] fp32
 // scratch buffer and a second kernel sums that buffer over blocks in a fixed order.
+#include <type_traits>
+
 #include "rms_norm.cuh"
 
 namespace tt::kernels {
@@ -39,6 +41,8 @@ constexpr int64_t kRowsPerPartial = 4;
 //   bf16 long-context (8,192 rows, 128 a row lane): 7.20-7.24 ms against 6.94-6.98: slower, two kernels there;
 //   fp32 workshop: 6.467-6.480 ms against 6.377-6.384, slower (the backward 13.6 us a call against 6.6 + 6.0 for
 //   the two kernels): fp32 keeps two kernels.
+// Measured on 80d1a06, where one kernel held both forms (39 registers a thread for both, against 30 for each form now
+// built apart: rms_norm_backward_kernel's kOneLaunch); the forms built apart have not been timed.
 constexpr int64_t kMaxOneLaunchRows = 2048;
 
 int64_t row_blocks_for(int64_t rows) {
@@ -194,7 +198,7 @@ __device__ void weight_gradient_columns(const RmsNormBackwardParams& params, int
     const T* x = static_cast<const T*>(params.x) + col;
     const C* grad_y = static_cast<const C*>(params.grad_y) + col;
     // kUnroll rows' loads in flight before their adds, which still run in row order. Not timed alone: 4 took the
-    // kernel from 32 to 48 registers a thread (fp32 residual, bf16 compute), which its row blocks would pay too.
+    // kernel from 30 to 48 registers a thread (fp32 residual, bf16 compute), which its row blocks would pay too.
     constexpr int kUnroll = 2;
     int64_t row = threadIdx.x / kColumnThreads;
     for (; row + (kUnroll - 1) * row_lanes < params.rows; row += kUnroll * row_lanes) {
@@ -362,13 +366,16 @@ template <typename T, typename C>
 void backward_for_types(const RmsNormBackwardParams& params, gpuStream_t stream) {
   const bool wide = use_wide_rows<T, C>(params.hidden, {params.x, params.grad_residual, params.grad_x},
                                         {params.grad_y, params.grad_delta}, {params.weight, params.weight_grad_partial});
-  const bool one_launch = params.num_partials == 0;
-  const int64_t blocks = (one_launch ? column_blocks_for(params.hidden) : 0) + row_blocks_for(params.rows);
+  const bool column_sums = params.num_partials == 0;  // rms_norm_backward checked it against one_launch
+  const int64_t blocks = (column_sums ? column_blocks_for(params.hidden) : 0) + row_blocks_for(params.rows);
   auto launch = [&](auto vec) {
     constexpr int kVec = decltype(vec)::value;
-    launch_after_previous(
-        one_launch ? rms_norm_backward_kernel<T, C, kVec, true> : rms_norm_backward_kernel<T, C, kVec, false>,
-        static_cast<unsigned>(blocks), row_block_threads<kVec>(params.hidden), 0, stream, params);
+    auto* kernel = rms_norm_backward_kernel<T, C, kVec, false>;
+    // fp32 compute never takes one launch (one_launch), so that form is not built for it.
+    if constexpr (!std::is_same_v<C, float>)
+      if (column_sums) kernel = rms_norm_backward_kernel<T, C, kVec, true>;
+    launch_after_previous(kernel, static_cast<unsigned>(blocks), row_block_threads<kVec>(params.hidden), 0, stream,
+                          params);
   };
   if (wide) {
     launch(std::integral_constant<int, kWideVec<T>>{});
@@ -399,7 +406,7 @@ LaunchStatus rms_norm_backward(const RmsNormBackwardParams& params, DType residu
       (params.num_partials > 0) != (params.weight_grad_partial != nullptr))
     return {
         "rms_norm_backward: num_partials must be rms_norm_backward_num_partials(rows, compute), with a scratch "
-        "buffer of that many rows exactly when it is above 0"};
+        "buffer (of that many rows) exactly when it is above 0"};
   const gpuStream_t s = to_stream(stream);
   dispatch_pair(residual, compute, [&](auto t, auto c) { backward_for_types<decltype(t), decltype(c)>(params, s); });
   if (params.num_partials == 0) return last_launch_status();  // one launch: the column blocks summed it

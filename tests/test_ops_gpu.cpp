@@ -82,9 +82,9 @@ TEST(OpsGpu, RmsNormMatchesReferenceOverShapesAndDtypes) {
   // Rows: one; a few; up to 2,048 (in bf16 and fp16 the backward's weight gradient is summed in its own launch) and
   // beyond (two kernels, as in fp32: partial sums, then their sum), with more rows than the 1024 partial-sum blocks.
   // Hidden: 1, odd sizes (element-wise path), 512/1000/2048 (16-byte path), 4099 (several strides).
-  const std::vector<std::vector<int64_t>> shapes = {{1, 1},    {1, 7},      {3, 129},  {2, 17, 512},  {1000, 1000},
-                                                    {5, 4099}, {300, 2048}, {600, 7},  {1025, 129},  {4, 600, 512},
-                                                    {2100, 7}};
+  const std::vector<std::vector<int64_t>> shapes = {{1, 1},       {1, 7},        {3, 129},    {2, 17, 512},
+                                                    {1000, 1000}, {5, 4099},     {300, 2048}, {600, 7},
+                                                    {1025, 129},  {4, 600, 512}, {2048, 512}, {2100, 7}};
   for (const auto dtype : kDtypes) {
     for (const auto& shape : shapes) check_rms_norm(torch::randn(shape, gpu()).to(dtype), dtype, "contiguous");
   }
@@ -193,10 +193,12 @@ TEST(OpsGpu, AddRmsNormMatchesAddThenNormOverShapesAndDtypePairs) {
   const std::vector<std::pair<torch::ScalarType, torch::ScalarType>> pairs = {
       {torch::kFloat32, torch::kFloat32}, {torch::kBFloat16, torch::kBFloat16}, {torch::kFloat16, torch::kFloat16},
       {torch::kFloat32, torch::kBFloat16}, {torch::kFloat32, torch::kFloat16}};
-  // Rows up to 2,048 (one launch with a 16-bit compute dtype) and beyond (two kernels); hidden 12 and 516 end in half a
-  // column block of 4-wide packs (an fp32 residual's).
-  const std::vector<std::vector<int64_t>> shapes = {{1, 1},      {3, 129},  {2, 17, 512}, {1025, 7},      {5, 4099},
-                                                    {300, 2048}, {300, 12}, {2100, 7},    {2, 1100, 512}, {2100, 516}};
+  // Rows up to 2,048 (one launch with a 16-bit compute dtype: 2,048 is the largest) and beyond (two kernels). Hidden
+  // 12 and 516 are not multiples of 8: with an fp32 residual's 4-wide packs the last column block reaches half past
+  // the row's end ({300, 12}, {2048, 516}); {2100, 516} runs the same packs on the two-kernel path.
+  const std::vector<std::vector<int64_t>> shapes = {{1, 1},    {3, 129},       {2, 17, 512},   {1025, 7},
+                                                    {5, 4099}, {300, 2048},    {300, 12},      {2048, 516},
+                                                    {2100, 7}, {2, 1024, 512}, {2, 1100, 512}, {2100, 516}};
   for (const auto& [residual_dtype, out_dtype] : pairs)
     for (const auto& shape : shapes)
       for (const bool with_delta : {true, false}) check_add_rms_norm(shape, residual_dtype, out_dtype, with_delta);
