@@ -104,7 +104,11 @@ __global__ void rms_norm_forward_kernel(RmsNormForwardParams params) {
 
 // With r = inv_rms and a = grad_y * weight:
 //   grad_x = r * (a - x * r^2 * mean(a * x)) [+ grad_residual],   grad_weight = sum over rows of grad_y * x * r.
-//
+// One row's term of grad_weight, in the one rounding order both paths use:
+__device__ __forceinline__ float weight_grad_term(float grad_y, float x, float inv_rms) {
+  return grad_y * (x * inv_rms);
+}
+
 // Row blocks compute grad_x a row at a time (grad_x_rows). Up to kMaxOneLaunchRows rows with a 16-bit compute dtype
 // (one_launch), column blocks in the same launch sum the weight gradient (weight_gradient_columns below): it needs only
 // grad_y, x and the forward's inv_rms, not grad_x, so neither kind of block waits for the other. Otherwise the row
@@ -165,7 +169,7 @@ __device__ void grad_x_rows(const RmsNormBackwardParams& params, int64_t row_blo
         if (grad_residual) dx = from_float<T>(to_float(dx) + to_float(rs.values[v]));
         dxs.values[v] = dx;
         dds.values[v] = from_float<C>(to_float(dx));
-        if constexpr (kPartials) acc.values[v] += gv * (xv * inv_rms);
+        if constexpr (kPartials) acc.values[v] += weight_grad_term(gv, xv, inv_rms);
       }
       store_pack<kVec>(grad_x + col, dxs);
       if (grad_delta) store_pack<kVec>(grad_delta + col, dds);
@@ -215,14 +219,16 @@ __device__ void weight_gradient_columns(const RmsNormBackwardParams& params, int
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-        for (int v = 0; v < kVec; ++v) sums[v] += to_float(gs[u].values[v]) * (to_float(xs[u].values[v]) * inv_rms[u]);
+        for (int v = 0; v < kVec; ++v)
+          sums[v] += weight_grad_term(to_float(gs[u].values[v]), to_float(xs[u].values[v]), inv_rms[u]);
     }
     for (; row < params.rows; row += row_lanes) {
       const Pack<T, kVec> xs = load_pack<kVec>(x + row * params.hidden);
       const Pack<C, kVec> gs = load_pack<kVec>(grad_y + row * params.hidden);
       const float inv_rms = params.inv_rms[row];
 #pragma unroll
-      for (int v = 0; v < kVec; ++v) sums[v] += to_float(gs.values[v]) * (to_float(xs.values[v]) * inv_rms);
+      for (int v = 0; v < kVec; ++v)
+        sums[v] += weight_grad_term(to_float(gs.values[v]), to_float(xs.values[v]), inv_rms);
     }
   }
   // Lanes kColumnThreads apart hold the same columns.
@@ -411,7 +417,7 @@ LaunchStatus rms_norm_backward(const RmsNormBackwardParams& params, DType residu
   dispatch_pair(residual, compute, [&](auto t, auto c) { backward_for_types<decltype(t), decltype(c)>(params, s); });
   if (params.num_partials == 0) return last_launch_status();  // one launch: the column blocks summed it
   const dim3 block(kWeightGradColumns, kWeightGradLanes);
-  const dim3 grid(static_cast<unsigned>((params.hidden + kWeightGradColumns - 1) / kWeightGradColumns));
+  const dim3 grid(static_cast<unsigned>(column_blocks_for(params.hidden)));
   launch_after_previous(rms_norm_weight_grad_kernel, grid, block, 0, s, params.weight_grad_partial, params.num_partials,
                         params.hidden, params.grad_weight);
   return last_launch_status();
