@@ -50,7 +50,12 @@ struct HopperForwardShape {
   static constexpr int kConsumers = kConsumerWarpgroups;  // warpgroups of kWarpgroupRows query rows
   static constexpr int kBlockM = hopper::kWarpgroupRows * kConsumers;
   static constexpr int kBlockN = 128;                  // keys per tile
-  static constexpr int kStages = 2;
+  // K/V tiles in the ring. Head dim 64 takes three: its tiles are small (16 KB each), and the producer then runs a
+  // tile further ahead, across the end of one item into the next. Measured on an H200 (kernel_bench, bf16,
+  // alternated three times against two slots): long-context 92.5-92.9 -> 90.8-90.9 us, d64-s1024 64.1-64.3 ->
+  // 62.0-62.2, d64-s2048 96.6-97.1 -> 95.2-95.7, medium 26.0-26.1 -> 25.8-26.1 (within its repeats). Head dim 128
+  // keeps two: a third K and V would take the shared memory past the SM's 227 KB.
+  static constexpr int kStages = kD == 64 ? 3 : 2;
   static constexpr int kThreads = (1 + kConsumers) * hopper::kWarpgroupThreads;
   // The producer's registers go to the consumers; together they fill the SM's 64 K registers.
   static constexpr int kProducerRegisters = kConsumers == 2 ? 24 : 32;
@@ -71,6 +76,7 @@ struct HopperForwardShape {
   static constexpr int kBytes = kBarriers + 8 * kBarrierCount + 1024;  // + the alignment of the start
   static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0, "swizzled tiles start 1024-byte aligned");
   static_assert(kBarriers % 8 == 0, "barriers are 8-byte words");
+  static_assert(kBytes <= 227 * 1024, "the block's shared memory must fit an SM's (227 KB on sm_90)");
 };
 
 #if defined(TT_HOPPER_DEVICE)
