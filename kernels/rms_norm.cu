@@ -42,7 +42,9 @@ constexpr int64_t kRowsPerPartial = 4;
 //   fp32 workshop: 6.467-6.480 ms against 6.377-6.384, slower (the backward 13.6 us a call against 6.6 + 6.0 for
 //   the two kernels): fp32 keeps two kernels.
 // Measured on 80d1a06, where one kernel held both forms (39 registers a thread for both, against 30 for each form now
-// built apart: rms_norm_backward_kernel's kOneLaunch); the forms built apart have not been timed.
+// built apart: rms_norm_backward_kernel's kOneLaunch). The forms built apart, timed at 1aeab9a (dev1129b c2): workshop
+// 1.2825-1.2828 ms against 1.2900-1.2926 (three pairs), medium 30.71/30.93 against 30.79/30.67; long-context and
+// fp32 were not timed again.
 constexpr int64_t kMaxOneLaunchRows = 2048;
 
 int64_t row_blocks_for(int64_t rows) {
