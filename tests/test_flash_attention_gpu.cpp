@@ -315,8 +315,8 @@ TEST(FlashAttentionGpu, SharedMemoryTilesStillMatchTheReference) {
 
 // The Hopper generation (TMA + wgmma forward and backward, sm_90 only): output and all three gradients against the
 // reference over both dtypes and head dims, grouped-query ratios 1 to 8, lengths that end inside a 64-row
-// warpgroup, a 64-row streamed tile, a 128- or 192-row block and a 128-key tile, long ones (many tiles, both ring
-// slots reused), several batch entries, and the fused-QKV views v4 passes ([B, S, H, D] strides, read by the
+// warpgroup, a 64-row streamed tile, a 128- or 192-row block and a 128-key tile, long ones (many tiles, every ring
+// slot reused), several batch entries, and the fused-QKV views v4 passes ([B, S, H, D] strides, read by the
 // tensor maps as they are). Then bitwise reproducibility of all four results, incoming gradients with zero
 // strides against the same gradients materialised, and the refusals. Skips where the kernels do not run.
 TEST(FlashAttentionGpu, HopperMatchesTheReference) {
