@@ -223,11 +223,13 @@ __global__ void __launch_bounds__(HopperForwardShape<kD, kConsumers>::kThreads, 
     auto issue_scores = [&](int tile) {
       const int slot = (ring + tile) % kStages;
       barrier_wait(&k_full[slot], ((ring + tile) / kStages) & 1);
+      const uint64_t q_desc = k_major_descriptor(my_q, kBlockM, 0),
+                     k_desc = k_major_descriptor(k_tile(slot), kBlockN, 0);
       wgmma_fence();
 #pragma unroll
       for (int k = 0; k < kD / 16; ++k)
-        wgmma<T, 0, 0>(s[0], k_major_descriptor(my_q, kBlockM, k), k_major_descriptor(k_tile(slot), kBlockN, k),
-                       k > 0);
+        wgmma<T, 0, 0>(s[0], descriptor_plus(q_desc, k_major_offset(kBlockM, k)),
+                       descriptor_plus(k_desc, k_major_offset(kBlockN, k)), k > 0);
       wgmma_commit();
     };
     // O += P V of tile `tile` with the probabilities in `probs`, issued and committed.
@@ -236,9 +238,10 @@ __global__ void __launch_bounds__(HopperForwardShape<kD, kConsumers>::kThreads, 
       barrier_wait(&v_full[slot], ((ring + tile) / kStages) & 1);
       fence_operands(o[0]);
       wgmma_fence();
+      const uint64_t v_desc = mn_major_descriptor(v_tile(slot), kBlockN, 0);
 #pragma unroll
       for (int k = 0; k < kBlockN / 16; ++k)
-        wgmma<T, 1>(o[0], probs[k], mn_major_descriptor(v_tile(slot), kBlockN, k), true);
+        wgmma<T, 1>(o[0], probs[k], descriptor_plus(v_desc, mn_major_offset(k)), true);
       wgmma_commit();
     };
     // Once the last tile's scores are in, this warpgroup is done with Q: the producer may load the next item's.

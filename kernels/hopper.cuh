@@ -284,16 +284,30 @@ __device__ __forceinline__ uint64_t smem_descriptor(const void* start, uint32_t 
          (static_cast<uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32) | (kSwizzle128B << 62);
 }
 
-// The 16-element k step `k` of a K-major tile of `rows` rows stored as 64-column panels from `tile`. The leading
-// byte offset is unused by swizzled K-major layouts (a k step never leaves its 128-byte row); 16 is CUTLASS's value.
+// Where the 16-element k step `k` of a K-major tile of `rows` rows, stored as 64-column panels, starts (bytes).
+__device__ __forceinline__ uint32_t k_major_offset(int rows, int k) {
+  return (k / 4) * rows * kSwizzleRowBytes + (k % 4) * 32;
+}
+// Where the 16-row k step `k` of an MN-major tile (rows = the reduced dimension) starts (bytes).
+__device__ __forceinline__ uint32_t mn_major_offset(int k) { return k * 16 * kSwizzleRowBytes; }
+
+// The k step `k` of a K-major tile. The leading byte offset is unused by swizzled K-major layouts (a k step never
+// leaves its 128-byte row); 16 is CUTLASS's value.
 __device__ __forceinline__ uint64_t k_major_descriptor(const unsigned char* tile, int rows, int k) {
-  const unsigned char* start = tile + (k / 4) * rows * kSwizzleRowBytes + (k % 4) * 32;
-  return smem_descriptor(start, 16, kSwizzleAtomBytes);
+  return smem_descriptor(tile + k_major_offset(rows, k), 16, kSwizzleAtomBytes);
+}
+// The k step `k` of an MN-major tile of `rows` reduced rows per panel.
+__device__ __forceinline__ uint64_t mn_major_descriptor(const unsigned char* tile, int rows, int k) {
+  return smem_descriptor(tile + mn_major_offset(k), rows * kSwizzleRowBytes, kSwizzleAtomBytes);
 }
 
-// The 16-row k step `k` of an MN-major tile (rows = the reduced dimension, `rows` of them per panel).
-__device__ __forceinline__ uint64_t mn_major_descriptor(const unsigned char* tile, int rows, int k) {
-  return smem_descriptor(tile + k * 16 * kSwizzleRowBytes, rows * kSwizzleRowBytes, kSwizzleAtomBytes);
+// A k step's descriptor from its tile's (k = 0) one: the start address is the descriptor's low field, in 16-byte
+// units, and adding the step's offset never carries out of it (shared addresses stay below 2^18, offsets are
+// multiples of 16). The forward computes each tile's descriptor once and adds the unrolled loop's constant offsets:
+// one instruction per product where the address form takes five, 1-4% of its time (H200, docs/attention.md). The
+// backward keeps the address form, which measured faster there at long-context.
+__device__ __forceinline__ uint64_t descriptor_plus(uint64_t tile_descriptor, uint32_t offset_bytes) {
+  return tile_descriptor + (offset_bytes >> 4);
 }
 
 // ---------------------------------------------------------------------------------------------
