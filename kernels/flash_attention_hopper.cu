@@ -547,48 +547,63 @@ struct BackwardBlock {
 
 // acc [kRows x kN] = A B^T over kD, A a shared tile of kRows rows and B one of kN rows, both K-major: issued, neither
 // committed nor waited for.
-template <typename T, int kD, int kRows, int kN>
-__device__ __forceinline__ void issue_product_nt(float (&acc)[kN / 8][4], const unsigned char* a, const unsigned char* b) {
+template <typename T, int kD, int kRows, int kN, bool kTileDescriptor = true>
+__device__ __forceinline__ void issue_product_nt(float (&acc)[kN / 8][4], const unsigned char* a,
+                                                 const unsigned char* b) {
   using namespace hopper;
 #pragma unroll
-  for (int k = 0; k < kD / 16; ++k)
-    wgmma<T, 0, 0>(acc, k_major_descriptor(a, kRows, k), k_major_descriptor(b, kN, k), k > 0);
+  for (int k = 0; k < kD / 16; ++k) {
+    if constexpr (kTileDescriptor)
+      wgmma<T, 0, 0>(acc, descriptor_plus(k_major_descriptor(a, kRows, 0), k_major_offset(kRows, k)),
+                     descriptor_plus(k_major_descriptor(b, kN, 0), k_major_offset(kN, k)), k > 0);
+    else
+      wgmma<T, 0, 0>(acc, k_major_descriptor(a, kRows, k), k_major_descriptor(b, kN, k), k > 0);
+  }
 }
 
 // The same with A's 64 rows in registers (the warpgroup's A fragments over kD columns, load_a_fragments_swizzled).
-template <typename T, int kD, int kRows, int kN>
+template <typename T, int kD, int kRows, int kN, bool kTileDescriptor = true>
 __device__ __forceinline__ void issue_product_nt(float (&acc)[kN / 8][4], const uint32_t (&a)[kD / 16][4],
                                                  const unsigned char* b) {
   using namespace hopper;
 #pragma unroll
-  for (int k = 0; k < kD / 16; ++k) wgmma<T, 0>(acc, a[k], k_major_descriptor(b, kN, k), k > 0);
+  for (int k = 0; k < kD / 16; ++k) {
+    if constexpr (kTileDescriptor)
+      wgmma<T, 0>(acc, a[k], descriptor_plus(k_major_descriptor(b, kN, 0), k_major_offset(kN, k)), k > 0);
+    else
+      wgmma<T, 0>(acc, a[k], k_major_descriptor(b, kN, k), k > 0);
+  }
 }
 
 // S (or S^T) and dP (or dP^T) of one tile: a [64 x kN] = rows of `a` (this warpgroup's 64 rows of a resident
 // K-major tile of kRows rows, or their A fragments in registers) times the streamed tile `b` (kN rows, K-major)
-// transposed, for both operand pairs, issued as one group and waited for.
-template <typename T, int kD, int kRows, int kN, typename RowsA>
-__device__ __forceinline__ void scores_and_gradients(float (&s)[kN / 8][4], float (&dp)[kN / 8][4], const RowsA& a_s,
-                                                     const unsigned char* b_s, const RowsA& a_dp,
-                                                     const unsigned char* b_dp) {
+// transposed, for both operand pairs, issued as two groups, S first, neither waited for. The caller waits for S
+// alone (wgmma_wait<1>) and computes P while dP is still in the tensor cores (FlashAttention-3's order), then for dP.
+template <typename T, int kD, int kRows, int kN, bool kTileDescriptor = true, typename RowsA>
+__device__ __forceinline__ void issue_scores_and_gradients(float (&s)[kN / 8][4], float (&dp)[kN / 8][4],
+                                                           const RowsA& a_s, const unsigned char* b_s,
+                                                           const RowsA& a_dp, const unsigned char* b_dp) {
   using namespace hopper;
   wgmma_fence();
-  issue_product_nt<T, kD, kRows, kN>(s, a_s, b_s);
-  issue_product_nt<T, kD, kRows, kN>(dp, a_dp, b_dp);
+  issue_product_nt<T, kD, kRows, kN, kTileDescriptor>(s, a_s, b_s);
   wgmma_commit();
-  wgmma_wait<0>();
-  fence_operands(s);
-  fence_operands(dp);
+  issue_product_nt<T, kD, kRows, kN, kTileDescriptor>(dp, a_dp, b_dp);
+  wgmma_commit();
 }
 
 // acc [64 x kD] += A [64 x kK] B with A's fragments in registers and B a streamed or resident tile of kK rows
 // read MN-major (its rows are the reduced dimension), issued (not waited for).
-template <typename T, int kD, int kK>
+template <typename T, int kD, int kK, bool kTileDescriptor = true>
 __device__ __forceinline__ void accumulate_product(float (&acc)[kD / 8][4], const uint32_t (&a)[kK / 16][4],
                                                    const unsigned char* b) {
   using namespace hopper;
 #pragma unroll
-  for (int k = 0; k < kK / 16; ++k) wgmma<T, 1>(acc, a[k], mn_major_descriptor(b, kK, k), true);
+  for (int k = 0; k < kK / 16; ++k) {
+    if constexpr (kTileDescriptor)
+      wgmma<T, 1>(acc, a[k], descriptor_plus(mn_major_descriptor(b, kK, 0), mn_major_offset(k)), true);
+    else
+      wgmma<T, 1>(acc, a[k], mn_major_descriptor(b, kK, k), true);
+  }
 }
 // The fused kernel's dQ for one streamed tile. Each consumer stores its share (dS K over its own 64 keys) in the
 // accumulator's fragment order (the order the global fp32 sum keeps too; the epilogue kernel reads it back) and
@@ -722,16 +737,21 @@ __device__ __forceinline__ void backward_q_block(int work, const CUtensorMap* q_
     barrier_wait(block.full(slot), Block::round_parity(tile));
     float s[kBlockN / 8][4];
     float dp[kBlockN / 8][4];
-    if constexpr (kRowsInRegisters)  // S = Q K^T, dP = dO V^T
-      scores_and_gradients<T, kD, kBlockM, kBlockN>(s, dp, q_rows, block.stream_a(slot), grad_out_rows,
-                                                    block.stream_b(slot));
-    else
-      scores_and_gradients<T, kD, kBlockM, kBlockN>(s, dp, my_q, block.stream_a(slot), my_grad_out,
-                                                    block.stream_b(slot));
     // Masked where a key may lie after a query or past the end. Query rows past the end need no mask: their Q and dO
     // rows are zeros and their lse and delta 0, so dS is 0 there, and they are never stored.
     const bool masked = k0 + kBlockN - 1 > warp_q0 || k0 + kBlockN > seq;
-    score_gradients<kBlockN>(s, dp, rows, k0, warp_q0, seq, scale_log2, masked);  // dS = P * (dP - delta)
+    if constexpr (kRowsInRegisters)  // S = Q K^T, dP = dO V^T
+      issue_scores_and_gradients<T, kD, kBlockM, kBlockN>(s, dp, q_rows, block.stream_a(slot), grad_out_rows,
+                                                          block.stream_b(slot));
+    else
+      issue_scores_and_gradients<T, kD, kBlockM, kBlockN>(s, dp, my_q, block.stream_a(slot), my_grad_out,
+                                                          block.stream_b(slot));
+    wgmma_wait<1>();
+    fence_operands(s);
+    probabilities<kBlockN>(s, rows, k0, warp_q0, seq, scale_log2, masked);
+    wgmma_wait<0>();
+    fence_operands(dp);
+    gradients_from_probabilities<kBlockN>(s, dp, rows);  // dS = P * (dP - delta)
     uint32_t ds[kBlockN / 16][4];
     to_a_fragments<T, kBlockN>(ds, dp);
     fence_operands(grad_q);
@@ -867,28 +887,68 @@ __device__ __forceinline__ void backward_kv_block(int work, const CUtensorMap* q
     barrier_wait(block.full(slot), Block::round_parity(i));
     float s[kBlockM / 8][4];
     float dp[kBlockM / 8][4];
-    scores_and_gradients<T, kD, kBlockN, kBlockM>(s, dp, my_k, block.stream_a(slot), my_v,
-                                                   block.stream_b(slot));  // S^T = K Q^T, dP^T = V dO^T
     const bool masked = q0 < warp_k0 + kWarpRows - 1 || q0 + kBlockM > seq;
-    score_gradients_transposed<kBlockM>(s, dp, block.lse(slot), block.delta(slot), q0, warp_k0, seq, scale_log2,
-                                        masked);
     uint32_t probs[kBlockM / 16][4];
     uint32_t ds[kBlockM / 16][4];
-    to_a_fragments<T, kBlockM>(probs, s);
-    to_a_fragments<T, kBlockM>(ds, dp);
-    if constexpr (kGradQ) {  // dS^T to shared memory, where its rows are the A operand of dQ
-      // A warpgroup's dQ reads only its own rows of dS^T.
+    if constexpr (!kGradQ) {
+      // S^T = K Q^T, dP^T = V dO^T; P^T while dP^T is still in the tensor cores. At head dim 64 dV += P^T dO is then
+      // issued before dS^T is known, so dS^T is computed while dV runs (FlashAttention-3's order); at 128 that order
+      // leaves ptxas too few registers (it serialises the wgmma and spills), and dV goes with dK.
+      constexpr bool kGradVEarly = kD <= 64;
+      issue_scores_and_gradients<T, kD, kBlockN, kBlockM>(s, dp, my_k, block.stream_a(slot), my_v,
+                                                          block.stream_b(slot));
+      wgmma_wait<1>();
+      fence_operands(s);
+      probabilities_transposed<kBlockM>(s, block.lse(slot), q0, warp_k0, seq, scale_log2, masked);
+      to_a_fragments<T, kBlockM>(probs, s);
+      if constexpr (kGradVEarly) {
+        fence_operands(grad_v);
+        wgmma_fence();
+        accumulate_product<T, kD, kBlockM>(grad_v, probs, block.stream_b(slot));  // dV += P^T dO
+        wgmma_commit();
+        wgmma_wait<1>();
+      } else {
+        wgmma_wait<0>();
+      }
+      fence_operands(dp);
+      gradients_from_probabilities_transposed<kBlockM>(s, dp, block.delta(slot));  // dS^T = P^T * (dP^T - delta)
+      to_a_fragments<T, kBlockM>(ds, dp);
+      fence_operands(grad_v);
+      fence_operands(grad_k);
+      wgmma_fence();
+      if constexpr (!kGradVEarly)
+        accumulate_product<T, kD, kBlockM>(grad_v, probs, block.stream_b(slot));  // dV += P^T dO
+      accumulate_product<T, kD, kBlockM>(grad_k, ds, block.stream_a(slot));       // dK += dS^T Q
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(grad_v);
+      fence_operands(grad_k);
+      barrier_arrive(block.empty(slot));
+    } else {
+      // The fused kernel issues S^T and dP^T as one group and waits for both (FlashAttention-3's order measured
+      // slower here), with the address-form descriptors (each tile's descriptor computed once measured slower at
+      // long-context; docs/attention.md). Then dS^T goes to shared memory, where its rows are the A operand of dQ.
+      // A warpgroup's dQ reads only its own rows.
+      wgmma_fence();
+      issue_product_nt<T, kD, kBlockN, kBlockM, false>(s, my_k, block.stream_a(slot));   // S^T = K Q^T
+      issue_product_nt<T, kD, kBlockN, kBlockM, false>(dp, my_v, block.stream_b(slot));  // dP^T = V dO^T
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(s);
+      fence_operands(dp);
+      score_gradients_transposed<kBlockM>(s, dp, block.lse(slot), block.delta(slot), q0, warp_k0, seq, scale_log2,
+                                          masked);
+      to_a_fragments<T, kBlockM>(probs, s);
+      to_a_fragments<T, kBlockM>(ds, dp);
       if (i > 0) named_barrier_sync(1 + consumer, kWarpgroupThreads);  // every warp is past the last tile's dQ
       store_a_fragments_swizzled<kBlockM>(block.ds(consumer), ds);
       fence_shared_for_async();
       named_barrier_sync(1 + consumer, kWarpgroupThreads);  // every row stored
-    }
-    fence_operands(grad_v);
-    fence_operands(grad_k);
-    wgmma_fence();
-    accumulate_product<T, kD, kBlockM>(grad_v, probs, block.stream_b(slot));  // dV += P^T dO
-    accumulate_product<T, kD, kBlockM>(grad_k, ds, block.stream_a(slot));     // dK += dS^T Q
-    if constexpr (kGradQ) {
+      fence_operands(grad_v);
+      fence_operands(grad_k);
+      wgmma_fence();
+      accumulate_product<T, kD, kBlockM, false>(grad_v, probs, block.stream_b(slot));  // dV += P^T dO
+      accumulate_product<T, kD, kBlockM, false>(grad_k, ds, block.stream_a(slot));     // dK += dS^T Q
       // In the same group, this warpgroup's share of dQ = dS K over its own 64 keys. dS^T is MN-major for dS (one
       // panel: M = 64 needs no leading offset), K MN-major (its rows are the reduced dimension).
       float grad_q[kD / 8][4];
@@ -906,12 +966,6 @@ __device__ __forceinline__ void backward_kv_block(int work, const CUtensorMap* q
       barrier_wait(block.share_empty(share_slot), Block::share_parity(i) ^ 1);
       store_grad_q_share<kD>(grad_q, block.grad_q_share(share_slot, consumer));
       barrier_arrive(block.share_full(share_slot));
-    } else {
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_operands(grad_v);
-      fence_operands(grad_k);
-      barrier_arrive(block.empty(slot));
     }
   }
 

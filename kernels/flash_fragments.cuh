@@ -478,13 +478,14 @@ __device__ __forceinline__ RowStatistics row_statistics(const FlashBackwardParam
   return rows;
 }
 
-// The softmax's backward on a warp's fragments of one tile, queries as rows (dQ's orientation): P = the forward's
-// probability recomputed from its log-sum-exp, then dS = P * (dP - delta) in place of dP (s keeps P). kMasked:
-// the tile crosses the warp's diagonal or the sequence's end, so P is 0 where the query does not attend.
+// The softmax's backward on a warp's fragments of one tile, queries as rows (dQ's orientation), in two halves that
+// a kernel may run apart (the Hopper backward computes P while dP is still in the tensor cores):
+// P = the forward's probability recomputed from its log-sum-exp, in place of S; then dS = P * (dP - delta) in place
+// of dP. kMasked: the tile crosses the warp's diagonal or the sequence's end, so P is 0 where the query does not
+// attend.
 template <bool kMasked, int kBlockN>
-__device__ __forceinline__ void score_gradients_tile(float (&s)[kBlockN / 8][4], float (&dp)[kBlockN / 8][4],
-                                                     const RowStatistics& rows, int k0, int warp_q0, int seq,
-                                                     float scale_log2) {
+__device__ __forceinline__ void probabilities_tile(float (&s)[kBlockN / 8][4], const RowStatistics& rows, int k0,
+                                                   int warp_q0, int seq, float scale_log2) {
   // As in mask_scores: per row, the first key it does not attend to (causal), counted from this lane's first
   // column. A row past the sequence's end attends to none: its tiles are zeros and must add nothing to dK and dV.
   int limit[2];
@@ -499,21 +500,35 @@ __device__ __forceinline__ void score_gradients_tile(float (&s)[kBlockN / 8][4],
     for (int e = 0; e < 4; ++e) {
       const bool attended = !kMasked || 8 * n + (e & 1) < limit[e / 2];
       s[n][e] = recomputed_probability(s[n][e], scale_log2, rows.lse_log2[e / 2], attended);
-      dp[n][e] = s[n][e] * (dp[n][e] - rows.delta[e / 2]);
     }
 }
-// The same for a tile known only at run time to need the mask or not. Each case is its own code: with the test
-// inside the element loop, the compiler branched and packed flags around every element of every tile (ncu: about
-// 40% of the dK/dV kernel's samples on integer, PRMT and branch instructions), where most tiles need no mask. Two
-// instances made the Hopper forward + backward 8-15% faster at every shape measured (H200; docs/attention.md).
+template <int kBlockN>
+__device__ __forceinline__ void gradients_from_probabilities(const float (&s)[kBlockN / 8][4],
+                                                             float (&dp)[kBlockN / 8][4], const RowStatistics& rows) {
+#pragma unroll
+  for (int n = 0; n < kBlockN / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dp[n][e] = s[n][e] * (dp[n][e] - rows.delta[e / 2]);
+}
+// P for a tile known only at run time to need the mask or not. Each case is its own code: with the test inside the
+// element loop, the compiler branched and packed flags around every element of every tile (ncu: about 40% of the
+// dK/dV kernel's samples on integer, PRMT and branch instructions), where most tiles need no mask. Two instances
+// made the Hopper forward + backward 8-15% faster at every shape measured (H200; docs/attention.md).
+template <int kBlockN>
+__device__ __forceinline__ void probabilities(float (&s)[kBlockN / 8][4], const RowStatistics& rows, int k0,
+                                              int warp_q0, int seq, float scale_log2, bool masked) {
+  if (masked)
+    probabilities_tile<true, kBlockN>(s, rows, k0, warp_q0, seq, scale_log2);
+  else
+    probabilities_tile<false, kBlockN>(s, rows, k0, warp_q0, seq, scale_log2);
+}
+// Both halves: s keeps P, dp becomes dS.
 template <int kBlockN>
 __device__ __forceinline__ void score_gradients(float (&s)[kBlockN / 8][4], float (&dp)[kBlockN / 8][4],
                                                 const RowStatistics& rows, int k0, int warp_q0, int seq,
                                                 float scale_log2, bool masked) {
-  if (masked)
-    score_gradients_tile<true, kBlockN>(s, dp, rows, k0, warp_q0, seq, scale_log2);
-  else
-    score_gradients_tile<false, kBlockN>(s, dp, rows, k0, warp_q0, seq, scale_log2);
+  probabilities<kBlockN>(s, rows, k0, warp_q0, seq, scale_log2, masked);
+  gradients_from_probabilities<kBlockN>(s, dp, rows);
 }
 
 // The same with keys as rows (dK and dV's orientation: S^T and dP^T), the statistics per column read from
@@ -536,33 +551,45 @@ struct TransposedMask {
   }
 };
 template <bool kMasked, int kBlockM>
-__device__ __forceinline__ void score_gradients_transposed_tile(float (&s)[kBlockM / 8][4], float (&dp)[kBlockM / 8][4],
-                                                                const float* lse, const float* delta, int q0,
-                                                                int warp_k0, int seq, float scale_log2) {
+__device__ __forceinline__ void probabilities_transposed_tile(float (&s)[kBlockM / 8][4], const float* lse, int q0,
+                                                              int warp_k0, int seq, float scale_log2) {
   const TransposedMask mask(q0, warp_k0, seq);
 #pragma unroll
   for (int n = 0; n < kBlockM / 8; ++n) {
-    const int col = c_col(n, 0);
-    const float2 lse_pair = *reinterpret_cast<const float2*>(lse + col);
-    const float2 delta_pair = *reinterpret_cast<const float2*>(delta + col);
+    const float2 lse_pair = *reinterpret_cast<const float2*>(lse + c_col(n, 0));
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const float col_lse = (e & 1) ? lse_pair.y : lse_pair.x;
-      const float col_delta = (e & 1) ? delta_pair.y : delta_pair.x;
       s[n][e] = recomputed_probability(s[n][e], scale_log2, col_lse * kLog2e, !kMasked || mask.attended(n, e));
-      dp[n][e] = s[n][e] * (dp[n][e] - col_delta);
     }
   }
 }
-// As score_gradients: one instance for the masked tiles, one for the rest.
+template <int kBlockM>
+__device__ __forceinline__ void gradients_from_probabilities_transposed(const float (&s)[kBlockM / 8][4],
+                                                                        float (&dp)[kBlockM / 8][4],
+                                                                        const float* delta) {
+#pragma unroll
+  for (int n = 0; n < kBlockM / 8; ++n) {
+    const float2 delta_pair = *reinterpret_cast<const float2*>(delta + c_col(n, 0));
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dp[n][e] = s[n][e] * (dp[n][e] - ((e & 1) ? delta_pair.y : delta_pair.x));
+  }
+}
+// As probabilities: one instance for the masked tiles, one for the rest.
+template <int kBlockM>
+__device__ __forceinline__ void probabilities_transposed(float (&s)[kBlockM / 8][4], const float* lse, int q0,
+                                                         int warp_k0, int seq, float scale_log2, bool masked) {
+  if (masked)
+    probabilities_transposed_tile<true, kBlockM>(s, lse, q0, warp_k0, seq, scale_log2);
+  else
+    probabilities_transposed_tile<false, kBlockM>(s, lse, q0, warp_k0, seq, scale_log2);
+}
 template <int kBlockM>
 __device__ __forceinline__ void score_gradients_transposed(float (&s)[kBlockM / 8][4], float (&dp)[kBlockM / 8][4],
                                                            const float* lse, const float* delta, int q0, int warp_k0,
                                                            int seq, float scale_log2, bool masked) {
-  if (masked)
-    score_gradients_transposed_tile<true, kBlockM>(s, dp, lse, delta, q0, warp_k0, seq, scale_log2);
-  else
-    score_gradients_transposed_tile<false, kBlockM>(s, dp, lse, delta, q0, warp_k0, seq, scale_log2);
+  probabilities_transposed<kBlockM>(s, lse, q0, warp_k0, seq, scale_log2, masked);
+  gradients_from_probabilities_transposed<kBlockM>(s, dp, delta);
 }
 
 }  // namespace tt::kernels::flash
