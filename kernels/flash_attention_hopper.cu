@@ -398,8 +398,10 @@ LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream)
 //    positions the dQ and dK/dV blocks are one grid after a prologue that writes delta, so that the dQ blocks fill
 //    the SMs the short dK/dV blocks leave; from 4,096 the dQ kernel runs first, writing delta, then dK/dV.
 // Every tile, resident or streamed, is copied in boxes of 64 rows (one set of tensor maps serves every kernel).
-// Each warpgroup runs its products and softmax steps in order. The forward's pipeline within a warpgroup (the next
-// tile's first products issued before this tile's last) was tried in the two kernels and measured no faster, and the
+// Within a tile, S and dP are two groups: a warpgroup computes P while dP is still in the tensor cores (and in the
+// head-dim-64 dK/dV step dS^T while dV is). Across tiles each warpgroup runs in order: the forward's pipeline within a
+// warpgroup (the next tile's first products issued before this tile's last) was tried in the two kernels and measured
+// no faster, and the
 // two consumers taking turns to issue their products (FA3's warp-scheduler barriers) measured slower
 // (docs/attention.md); why neither pays was not profiled.
 // =================================================================================================
@@ -546,7 +548,8 @@ struct BackwardBlock {
 };
 
 // acc [kRows x kN] = A B^T over kD, A a shared tile of kRows rows and B one of kN rows, both K-major: issued, neither
-// committed nor waited for.
+// committed nor waited for. kTileDescriptor: each tile's descriptor computed once and each k step's offset added
+// (descriptor_plus); otherwise each step's descriptor from its address (the fused kernel's form).
 template <typename T, int kD, int kRows, int kN, bool kTileDescriptor = true>
 __device__ __forceinline__ void issue_product_nt(float (&acc)[kN / 8][4], const unsigned char* a,
                                                  const unsigned char* b) {
@@ -592,7 +595,7 @@ __device__ __forceinline__ void issue_scores_and_gradients(float (&s)[kN / 8][4]
 }
 
 // acc [64 x kD] += A [64 x kK] B with A's fragments in registers and B a streamed or resident tile of kK rows
-// read MN-major (its rows are the reduced dimension), issued (not waited for).
+// read MN-major (its rows are the reduced dimension), issued (not waited for). kTileDescriptor as issue_product_nt.
 template <typename T, int kD, int kK, bool kTileDescriptor = true>
 __device__ __forceinline__ void accumulate_product(float (&acc)[kD / 8][4], const uint32_t (&a)[kK / 16][4],
                                                    const unsigned char* b) {
@@ -913,7 +916,7 @@ __device__ __forceinline__ void backward_kv_block(int work, const CUtensorMap* q
       fence_operands(dp);
       gradients_from_probabilities_transposed<kBlockM>(s, dp, block.delta(slot));  // dS^T = P^T * (dP^T - delta)
       to_a_fragments<T, kBlockM>(ds, dp);
-      fence_operands(grad_v);
+      if constexpr (!kGradVEarly) fence_operands(grad_v);  // with the early dV, grad_v is in flight: not touched
       fence_operands(grad_k);
       wgmma_fence();
       if constexpr (!kGradVEarly)
@@ -926,9 +929,9 @@ __device__ __forceinline__ void backward_kv_block(int work, const CUtensorMap* q
       barrier_arrive(block.empty(slot));
     } else {
       // The fused kernel issues S^T and dP^T as one group and waits for both (FlashAttention-3's order measured
-      // slower here), with the address-form descriptors (each tile's descriptor computed once measured slower at
-      // long-context; docs/attention.md). Then dS^T goes to shared memory, where its rows are the A operand of dQ.
-      // A warpgroup's dQ reads only its own rows.
+      // slower here with one writer warp, and was not measured again since the two), with the address-form descriptors
+      // (each tile's descriptor computed once measured slower at long-context; docs/attention.md). Then dS^T goes to
+      // shared memory, where its rows are the A operand of dQ. A warpgroup's dQ reads only its own rows.
       wgmma_fence();
       issue_product_nt<T, kD, kBlockN, kBlockM, false>(s, my_k, block.stream_a(slot));   // S^T = K Q^T
       issue_product_nt<T, kD, kBlockN, kBlockM, false>(dp, my_v, block.stream_b(slot));  // dP^T = V dO^T

@@ -305,8 +305,8 @@ __device__ __forceinline__ uint64_t mn_major_descriptor(const unsigned char* til
 // units, and adding the step's offset never carries out of it (every step's address, tile + offset, is a shared
 // address below 2^18; offsets are multiples of 16). The forward computes each tile's descriptor once and adds the
 // unrolled loop's constant offsets: one instruction per product where the address form takes five, 1-4% of the
-// forward's time (H200, docs/attention.md). The backward keeps the address form: with this one, the fused head-dim-64
-// backward measured slower at long-context.
+// forward's time (H200, docs/attention.md). So do the backward kernels, but for the fused head-dim-64 one, which keeps
+// the address form: with this one it measured slower at long-context.
 __device__ __forceinline__ uint64_t descriptor_plus(uint64_t tile_descriptor, uint32_t offset_bytes) {
   return tile_descriptor + (offset_bytes >> 4);
 }
