@@ -108,6 +108,54 @@ __device__ __forceinline__ int scheduled_work(int round) {
   const int blocks = static_cast<int>(gridDim.x), block = static_cast<int>(blockIdx.x);
   return round * blocks + (round % 2 == 0 ? block : blocks - 1 - block);
 }
+
+// The products of the forward and the backward, issued, neither committed nor waited for. kTileDescriptor: each
+// tile's descriptor computed once and each k step's offset added (descriptor_plus); otherwise each step's descriptor
+// from its address (the fused backward kernel's form).
+
+// acc [kRows x kN] = A B^T over kD, A a shared tile of kRows rows and B one of kN rows, both K-major.
+template <typename T, int kD, int kRows, int kN, bool kTileDescriptor = true>
+__device__ __forceinline__ void issue_product_nt(float (&acc)[kN / 8][4], const unsigned char* a,
+                                                 const unsigned char* b) {
+  using namespace hopper;
+#pragma unroll
+  for (int k = 0; k < kD / 16; ++k) {
+    if constexpr (kTileDescriptor)
+      wgmma<T, 0, 0>(acc, descriptor_plus(k_major_descriptor(a, kRows, 0), k_major_offset(kRows, k)),
+                     descriptor_plus(k_major_descriptor(b, kN, 0), k_major_offset(kN, k)), k > 0);
+    else
+      wgmma<T, 0, 0>(acc, k_major_descriptor(a, kRows, k), k_major_descriptor(b, kN, k), k > 0);
+  }
+}
+
+// The same with A's 64 rows in registers (the warpgroup's A fragments over kD columns, load_a_fragments_swizzled).
+template <typename T, int kD, int kRows, int kN, bool kTileDescriptor = true>
+__device__ __forceinline__ void issue_product_nt(float (&acc)[kN / 8][4], const uint32_t (&a)[kD / 16][4],
+                                                 const unsigned char* b) {
+  using namespace hopper;
+#pragma unroll
+  for (int k = 0; k < kD / 16; ++k) {
+    if constexpr (kTileDescriptor)
+      wgmma<T, 0>(acc, a[k], descriptor_plus(k_major_descriptor(b, kN, 0), k_major_offset(kN, k)), k > 0);
+    else
+      wgmma<T, 0>(acc, a[k], k_major_descriptor(b, kN, k), k > 0);
+  }
+}
+
+// acc [64 x kD] += A [64 x kK] B with A's fragments in registers and B a streamed or resident tile of kK rows
+// read MN-major (its rows are the reduced dimension).
+template <typename T, int kD, int kK, bool kTileDescriptor = true>
+__device__ __forceinline__ void accumulate_product(float (&acc)[kD / 8][4], const uint32_t (&a)[kK / 16][4],
+                                                   const unsigned char* b) {
+  using namespace hopper;
+#pragma unroll
+  for (int k = 0; k < kK / 16; ++k) {
+    if constexpr (kTileDescriptor)
+      wgmma<T, 1>(acc, a[k], descriptor_plus(mn_major_descriptor(b, kK, 0), mn_major_offset(k)), true);
+    else
+      wgmma<T, 1>(acc, a[k], mn_major_descriptor(b, kK, k), true);
+  }
+}
 #endif
 
 template <typename T, int kD, int kConsumers>
@@ -223,13 +271,8 @@ __global__ void __launch_bounds__(HopperForwardShape<kD, kConsumers>::kThreads, 
     auto issue_scores = [&](int tile) {
       const int slot = (ring + tile) % kStages;
       barrier_wait(&k_full[slot], ((ring + tile) / kStages) & 1);
-      const uint64_t q_desc = k_major_descriptor(my_q, kBlockM, 0),
-                     k_desc = k_major_descriptor(k_tile(slot), kBlockN, 0);
       wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < kD / 16; ++k)
-        wgmma<T, 0, 0>(s[0], descriptor_plus(q_desc, k_major_offset(kBlockM, k)),
-                       descriptor_plus(k_desc, k_major_offset(kBlockN, k)), k > 0);
+      issue_product_nt<T, kD, kBlockM, kBlockN>(s[0], my_q, k_tile(slot));
       wgmma_commit();
     };
     // O += P V of tile `tile` with the probabilities in `probs`, issued and committed.
@@ -238,10 +281,7 @@ __global__ void __launch_bounds__(HopperForwardShape<kD, kConsumers>::kThreads, 
       barrier_wait(&v_full[slot], ((ring + tile) / kStages) & 1);
       fence_operands(o[0]);
       wgmma_fence();
-      const uint64_t v_desc = mn_major_descriptor(v_tile(slot), kBlockN, 0);
-#pragma unroll
-      for (int k = 0; k < kBlockN / 16; ++k)
-        wgmma<T, 1>(o[0], probs[k], descriptor_plus(v_desc, mn_major_offset(k)), true);
+      accumulate_product<T, kD, kBlockN>(o[0], probs, v_tile(slot));
       wgmma_commit();
     };
     // Once the last tile's scores are in, this warpgroup is done with Q: the producer may load the next item's.
@@ -547,37 +587,6 @@ struct BackwardBlock {
   __device__ static int share_parity(int i) { return (i / Shape::kShareSlots) & 1; }
 };
 
-// acc [kRows x kN] = A B^T over kD, A a shared tile of kRows rows and B one of kN rows, both K-major: issued, neither
-// committed nor waited for. kTileDescriptor: each tile's descriptor computed once and each k step's offset added
-// (descriptor_plus); otherwise each step's descriptor from its address (the fused kernel's form).
-template <typename T, int kD, int kRows, int kN, bool kTileDescriptor = true>
-__device__ __forceinline__ void issue_product_nt(float (&acc)[kN / 8][4], const unsigned char* a,
-                                                 const unsigned char* b) {
-  using namespace hopper;
-#pragma unroll
-  for (int k = 0; k < kD / 16; ++k) {
-    if constexpr (kTileDescriptor)
-      wgmma<T, 0, 0>(acc, descriptor_plus(k_major_descriptor(a, kRows, 0), k_major_offset(kRows, k)),
-                     descriptor_plus(k_major_descriptor(b, kN, 0), k_major_offset(kN, k)), k > 0);
-    else
-      wgmma<T, 0, 0>(acc, k_major_descriptor(a, kRows, k), k_major_descriptor(b, kN, k), k > 0);
-  }
-}
-
-// The same with A's 64 rows in registers (the warpgroup's A fragments over kD columns, load_a_fragments_swizzled).
-template <typename T, int kD, int kRows, int kN, bool kTileDescriptor = true>
-__device__ __forceinline__ void issue_product_nt(float (&acc)[kN / 8][4], const uint32_t (&a)[kD / 16][4],
-                                                 const unsigned char* b) {
-  using namespace hopper;
-#pragma unroll
-  for (int k = 0; k < kD / 16; ++k) {
-    if constexpr (kTileDescriptor)
-      wgmma<T, 0>(acc, a[k], descriptor_plus(k_major_descriptor(b, kN, 0), k_major_offset(kN, k)), k > 0);
-    else
-      wgmma<T, 0>(acc, a[k], k_major_descriptor(b, kN, k), k > 0);
-  }
-}
-
 // S (or S^T) and dP (or dP^T) of one tile: a [64 x kN] = rows of `a` (this warpgroup's 64 rows of a resident
 // K-major tile of kRows rows, or their A fragments in registers) times the streamed tile `b` (kN rows, K-major)
 // transposed, for both operand pairs, issued as two groups, S first, neither waited for. The caller waits for S
@@ -594,20 +603,6 @@ __device__ __forceinline__ void issue_scores_and_gradients(float (&s)[kN / 8][4]
   wgmma_commit();
 }
 
-// acc [64 x kD] += A [64 x kK] B with A's fragments in registers and B a streamed or resident tile of kK rows
-// read MN-major (its rows are the reduced dimension), issued (not waited for). kTileDescriptor as issue_product_nt.
-template <typename T, int kD, int kK, bool kTileDescriptor = true>
-__device__ __forceinline__ void accumulate_product(float (&acc)[kD / 8][4], const uint32_t (&a)[kK / 16][4],
-                                                   const unsigned char* b) {
-  using namespace hopper;
-#pragma unroll
-  for (int k = 0; k < kK / 16; ++k) {
-    if constexpr (kTileDescriptor)
-      wgmma<T, 1>(acc, a[k], descriptor_plus(mn_major_descriptor(b, kK, 0), mn_major_offset(k)), true);
-    else
-      wgmma<T, 1>(acc, a[k], mn_major_descriptor(b, kK, k), true);
-  }
-}
 // The fused kernel's dQ for one streamed tile. Each consumer stores its share (dS K over its own 64 keys) in the
 // accumulator's fragment order (the order the global fp32 sum keeps too; the epilogue kernel reads it back) and
 // arrives on the share slot's full barrier. The slot's writer warp (write_grad_q_sums) does the rest while the
