@@ -477,15 +477,19 @@ struct HopperBackwardShape {
   static_assert(kResidentRows == hopper::kWarpgroupRows * kConsumers, "a consumer warpgroup per 64 resident rows");
   static constexpr int kStages = 2;
   static constexpr int kThreads = (1 + kConsumers) * hopper::kWarpgroupThreads;
-  // The statistics warp's loop needs more than the bare TMA thread's 24 registers (it spilled there); the
-  // consumers take the rest of the block's allocation (40 + 2 x 232 = 56 + 2 x 224 = 504 = 3 x 168 per thread).
+  // The producer warpgroup's loops (the TMA thread's and the statistics warp's) run over (query tile, head) without
+  // a division and are not unrolled, so they fit in 24 registers (with the division, or unrolled, ptxas spilled there
+  // and the dK/dV kernel's producer had 40); the consumers take the rest of the block's allocation (24 + 2 x 240 =
+  // 56 + 2 x 224 = 504 = 3 x 168 per thread). At 240 the head-dim-128 dK/dV step fits FlashAttention-3's order (dV
+  // issued before dS^T is known: below), which spilled at 232; the two together measured 0.9-1.7% faster forward +
+  // backward at d128-s1024/s2048 (H200, docs/attention.md).
   // Which split is a measurement, not a need (nothing spills at either): the fused kernel ran faster with 56 and 224
   // (H200, forward + backward at 1,024 to 4,096 positions 0.3-2% faster; ncu at long-context 2.3% fewer cycles, with
-  // as many instructions in the SASS, scheduled differently), the dK/dV kernel slower (head dim 128: 0.6-2.3%). The
-  // dQ kernel at 40 / 232 measured the same, and at 56 / 224 0.6-0.9% faster at d128-s4096 only (two pairs, bf16:
-  // not resolved; three more pairs at d128-s1024 to s4096, bf16 and fp16, level); it keeps 24 / 240.
-  static constexpr int kProducerRegisters = kGradQ ? 56 : kStats ? 40 : 24;
-  static constexpr int kConsumerRegisters = kGradQ ? 224 : kStats ? 232 : 240;
+  // as many instructions in the SASS, scheduled differently), the dK/dV kernel slower than at 40 / 232 (head dim 128:
+  // 0.6-2.3%). The dQ kernel at 40 / 232 measured the same, and at 56 / 224 0.6-0.9% faster at d128-s4096 only (two
+  // pairs, bf16: not resolved; three more pairs at d128-s1024 to s4096, bf16 and fp16, level); it keeps 24 / 240.
+  static constexpr int kProducerRegisters = kGradQ ? 56 : 24;
+  static constexpr int kConsumerRegisters = kGradQ ? 224 : 240;
   static_assert((kProducerRegisters + kConsumers * kConsumerRegisters) * hopper::kWarpgroupThreads <=
                     kThreads * ((64 * 1024 / kThreads) & ~7),
                 "the register budgets must fit the block's allocation");
@@ -836,26 +840,42 @@ __device__ __forceinline__ void backward_kv_block(int work, const CUtensorMap* q
       barrier_arrive_expect_bytes(block.resident_full(), 2 * Shape::kResidentBytes);
       tma_load_rows<kBlockN, kD>(block.resident_a(), k_map, block.resident_full(), k0, kv_head, batch);
       tma_load_rows<kBlockN, kD>(block.resident_b(), v_map, block.resident_full(), k0, kv_head, batch);
-      for (int i = 0; i < steps; ++i) {
-        const int slot = Block::slot_of(i);
-        barrier_wait(block.empty(slot), Block::round_parity(i) ^ 1);
-        barrier_arrive_expect_bytes(block.full(slot), 2 * Shape::kTileBytes);
-        tma_load_rows<kBlockM, kD>(block.stream_a(slot), q_map, block.full(slot), q0_of(i), head_of(i), batch);
-        tma_load_rows<kBlockM, kD>(block.stream_b(slot), grad_out_map, block.full(slot), q0_of(i), head_of(i), batch);
-      }
-    } else if (warp_in_warpgroup() == 1) {  // the statistics warp: each step's lse and delta, 0 past the end
-      for (int i = 0; i < steps; ++i) {
-        const int slot = Block::slot_of(i);
-        barrier_wait(block.empty(slot), Block::round_parity(i) ^ 1);
-        const int64_t stats = (static_cast<int64_t>(batch) * p.q_heads + head_of(i)) * p.seq;
-        float* lse = block.lse(slot);
-        float* delta = block.delta(slot);
-        for (int r = lane(); r < kBlockM; r += kMmaLanes) {
-          const int query = q0_of(i) + r;
-          lse[r] = query < seq ? p.lse[stats + query] : 0.0f;
-          delta[r] = query < seq ? p.delta[stats + query] : 0.0f;
+      int i = 0;
+#pragma unroll 1
+      for (int q0 = k0 + (q_tiles - 1) * kBlockM; q0 >= k0; q0 -= kBlockM)
+#pragma unroll 1
+        for (int head = kv_head * group; head < (kv_head + 1) * group; ++head, ++i) {
+          const int slot = Block::slot_of(i);
+          barrier_wait(block.empty(slot), Block::round_parity(i) ^ 1);
+          barrier_arrive_expect_bytes(block.full(slot), 2 * Shape::kTileBytes);
+          tma_load_rows<kBlockM, kD>(block.stream_a(slot), q_map, block.full(slot), q0, head, batch);
+          tma_load_rows<kBlockM, kD>(block.stream_b(slot), grad_out_map, block.full(slot), q0, head, batch);
         }
-        barrier_arrive(block.full(slot));  // releases the writes to the consumers that wait on the phase
+    } else if (warp_in_warpgroup() == 1) {  // the statistics warp: each step's lse and delta, 0 past the end
+      // The steps as (query tile, head) loops and the rows' pointers advanced per step, with no division: the
+      // producer warpgroup's 24 registers hold this loop (the consumers then get 240).
+      static_assert(kBlockM == 2 * kMmaLanes, "each lane holds two rows of a tile's statistics");
+      const int r0 = lane();
+      const float* lse_head0 = p.lse + (static_cast<int64_t>(batch) * p.q_heads + kv_head * group) * p.seq;
+      const float* delta_head0 = p.delta + (lse_head0 - p.lse);
+      int i = 0;
+#pragma unroll 1
+      for (int q0 = k0 + (q_tiles - 1) * kBlockM; q0 >= k0; q0 -= kBlockM) {
+        const bool low_in = q0 + r0 < seq, high_in = q0 + r0 + kMmaLanes < seq;
+        const float* lse_rows = lse_head0 + q0 + r0;
+        const float* delta_rows = delta_head0 + q0 + r0;
+#pragma unroll 1
+        for (int h = 0; h < group; ++h, ++i, lse_rows += p.seq, delta_rows += p.seq) {
+          const int slot = Block::slot_of(i);
+          barrier_wait(block.empty(slot), Block::round_parity(i) ^ 1);
+          float* lse = block.lse(slot) + r0;
+          float* delta = block.delta(slot) + r0;
+          lse[0] = low_in ? lse_rows[0] : 0.0f;
+          delta[0] = low_in ? delta_rows[0] : 0.0f;
+          lse[kMmaLanes] = high_in ? lse_rows[kMmaLanes] : 0.0f;
+          delta[kMmaLanes] = high_in ? delta_rows[kMmaLanes] : 0.0f;
+          barrier_arrive(block.full(slot));  // releases the writes to the consumers that wait on the phase
+        }
       }
     } else if (warp_in_warpgroup() >= 2) {  // warps 2 and 3, the writer warps: each tile's dQ sum, in its turn, one
                                             // warp per share slot
@@ -889,34 +909,26 @@ __device__ __forceinline__ void backward_kv_block(int work, const CUtensorMap* q
     uint32_t probs[kBlockM / 16][4];
     uint32_t ds[kBlockM / 16][4];
     if constexpr (!kGradQ) {
-      // S^T = K Q^T, dP^T = V dO^T; P^T while dP^T is still in the tensor cores. At head dim 64 dV += P^T dO is then
-      // issued before dS^T is known, so dS^T is computed while dV runs (FlashAttention-3's order); at 128 that order
-      // leaves ptxas too few registers (it serialises the wgmma and spills), and dV goes with dK.
-      constexpr bool kGradVEarly = kD <= 64;
+      // S^T = K Q^T, dP^T = V dO^T; P^T while dP^T is still in the tensor cores. dV += P^T dO is then issued before
+      // dS^T is known, so dS^T is computed while dV runs (FlashAttention-3's order; at head dim 128 it needs the
+      // consumers' 240 registers: see HopperBackwardShape).
       issue_scores_and_gradients<T, kD, kBlockN, kBlockM>(s, dp, my_k, block.stream_a(slot), my_v,
                                                           block.stream_b(slot));
       wgmma_wait<1>();
       fence_operands(s);
       probabilities_transposed<kBlockM>(s, block.lse(slot), q0, warp_k0, seq, scale_log2, masked);
       to_a_fragments<T, kBlockM>(probs, s);
-      if constexpr (kGradVEarly) {
-        fence_operands(grad_v);
-        wgmma_fence();
-        accumulate_product<T, kD, kBlockM>(grad_v, probs, block.stream_b(slot));  // dV += P^T dO
-        wgmma_commit();
-        wgmma_wait<1>();
-      } else {
-        wgmma_wait<0>();
-      }
+      fence_operands(grad_v);
+      wgmma_fence();
+      accumulate_product<T, kD, kBlockM>(grad_v, probs, block.stream_b(slot));  // dV += P^T dO
+      wgmma_commit();
+      wgmma_wait<1>();  // dP^T is in; dV may still be running
       fence_operands(dp);
       gradients_from_probabilities_transposed<kBlockM>(s, dp, block.delta(slot));  // dS^T = P^T * (dP^T - delta)
       to_a_fragments<T, kBlockM>(ds, dp);
-      if constexpr (!kGradVEarly) fence_operands(grad_v);  // with the early dV, grad_v is in flight: not touched
-      fence_operands(grad_k);
+      fence_operands(grad_k);  // grad_v is in flight: not touched until the wait below
       wgmma_fence();
-      if constexpr (!kGradVEarly)
-        accumulate_product<T, kD, kBlockM>(grad_v, probs, block.stream_b(slot));  // dV += P^T dO
-      accumulate_product<T, kD, kBlockM>(grad_k, ds, block.stream_a(slot));       // dK += dS^T Q
+      accumulate_product<T, kD, kBlockM>(grad_k, ds, block.stream_a(slot));  // dK += dS^T Q
       wgmma_commit();
       wgmma_wait<0>();
       fence_operands(grad_v);
