@@ -439,7 +439,7 @@ LaunchStatus hopper_forward_for(const FlashForwardParams& p, gpuStream_t stream)
 //    the SMs the short dK/dV blocks leave; from 4,096 the dQ kernel runs first, writing delta, then dK/dV.
 // Every tile, resident or streamed, is copied in boxes of 64 rows (one set of tensor maps serves every kernel).
 // Within a tile, S and dP are two groups: a warpgroup computes P while dP is still in the tensor cores (and in the
-// head-dim-64 dK/dV step dS^T while dV is). Across tiles each warpgroup runs in order: the forward's pipeline within a
+// non-fused dK/dV step dS^T while dV is). Across tiles each warpgroup runs in order: the forward's pipeline within a
 // warpgroup (the next tile's first products issued before this tile's last) was tried in the two kernels and measured
 // no faster, and the
 // two consumers taking turns to issue their products (FA3's warp-scheduler barriers) measured slower
@@ -480,14 +480,15 @@ struct HopperBackwardShape {
   // The producer warpgroup's loops (the TMA thread's and the statistics warp's) run over (query tile, head) without
   // a division and are not unrolled, so they fit in 24 registers (with the division, or unrolled, ptxas spilled there
   // and the dK/dV kernel's producer had 40); the consumers take the rest of the block's allocation (24 + 2 x 240 =
-  // 56 + 2 x 224 = 504 = 3 x 168 per thread). At 240 the head-dim-128 dK/dV step fits FlashAttention-3's order (dV
-  // issued before dS^T is known: below), which spilled at 232; the two together measured 0.9-1.7% faster forward +
-  // backward at d128-s1024/s2048 (H200, docs/attention.md).
-  // Which split is a measurement, not a need (nothing spills at either): the fused kernel ran faster with 56 and 224
-  // (H200, forward + backward at 1,024 to 4,096 positions 0.3-2% faster; ncu at long-context 2.3% fewer cycles, with
-  // as many instructions in the SASS, scheduled differently), the dK/dV kernel slower than at 40 / 232 (head dim 128:
-  // 0.6-2.3%). The dQ kernel at 40 / 232 measured the same, and at 56 / 224 0.6-0.9% faster at d128-s4096 only (two
-  // pairs, bf16: not resolved; three more pairs at d128-s1024 to s4096, bf16 and fp16, level); it keeps 24 / 240.
+  // 56 + 2 x 224 = 504 = 3 x 168 per thread). The dK/dV kernel needs its 240: its head-dim-128 step in
+  // FlashAttention-3's order (dV issued before dS^T is known: below) spills at 232 (ptxas C7512). The two together
+  // measured 0.9-1.7% faster forward + backward at d128-s1024/s2048 (H200, docs/attention.md); at 56 / 224 the
+  // dK/dV kernel had measured 0.6-2.3% slower than at 40 / 232 (head dim 128).
+  // For the fused and dQ kernels the split is a measurement, not a need (nothing spills at either). The fused kernel
+  // ran faster with 56 and 224 (H200, forward + backward at 1,024 to 4,096 positions 0.3-2% faster; ncu at
+  // long-context 2.3% fewer cycles, with as many instructions in the SASS, scheduled differently). The dQ kernel at
+  // 40 / 232 measured the same, and at 56 / 224 0.6-0.9% faster at d128-s4096 only (two pairs, bf16: not resolved;
+  // three more pairs at d128-s1024 to s4096, bf16 and fp16, level); it keeps 24 / 240.
   static constexpr int kProducerRegisters = kGradQ ? 56 : 24;
   static constexpr int kConsumerRegisters = kGradQ ? 224 : 240;
   static_assert((kProducerRegisters + kConsumers * kConsumerRegisters) * hopper::kWarpgroupThreads <=
@@ -830,6 +831,8 @@ __device__ __forceinline__ void backward_kv_block(int work, const CUtensorMap* q
   const int q_tiles = (seq - k0 + kBlockM - 1) / kBlockM;  // query tiles that end before k0 see none of its keys
   // (query tile, head) pairs: the last query tile first, the heads of the group inner. In that order every key
   // block reaches a given tile after the same number of steps from its start (the order of the dQ turns needs it).
+  // The producer's TMA and statistics loops below walk the same order as nested loops (no division): change all three
+  // together.
   const int steps = group * q_tiles;
   auto head_of = [&](int i) { return kv_head * group + i % group; };
   auto q0_of = [&](int i) { return k0 + (q_tiles - 1 - i / group) * kBlockM; };
@@ -852,8 +855,8 @@ __device__ __forceinline__ void backward_kv_block(int work, const CUtensorMap* q
           tma_load_rows<kBlockM, kD>(block.stream_b(slot), grad_out_map, block.full(slot), q0, head, batch);
         }
     } else if (warp_in_warpgroup() == 1) {  // the statistics warp: each step's lse and delta, 0 past the end
-      // The steps as (query tile, head) loops and the rows' pointers advanced per step, with no division: the
-      // producer warpgroup's 24 registers hold this loop (the consumers then get 240).
+      // The steps as (query tile, head) loops and the rows' pointers advanced per step, with no division: the dK/dV
+      // kernel's producer warpgroup holds this loop in 24 registers (the consumers then get 240).
       static_assert(kBlockM == 2 * kMmaLanes, "each lane holds two rows of a tile's statistics");
       const int r0 = lane();
       const float* lse_head0 = p.lse + (static_cast<int64_t>(batch) * p.q_heads + kv_head * group) * p.seq;
