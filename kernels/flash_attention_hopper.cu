@@ -111,35 +111,40 @@ __device__ __forceinline__ int scheduled_work(int round) {
 
 // The products of the forward and the backward, issued, neither committed nor waited for. kTileDescriptor: each
 // tile's descriptor computed once and each k step's offset added (descriptor_plus); otherwise each step's descriptor
-// from its address (the fused backward kernel's form).
+// from its address (the fused backward kernel's form). Step k's descriptor of a tile of `rows` rows, either way:
+template <bool kTileDescriptor>
+__device__ __forceinline__ uint64_t k_major_step(const unsigned char* tile, int rows, int k) {
+  using namespace hopper;
+  if constexpr (kTileDescriptor)
+    return descriptor_plus(k_major_descriptor(tile, rows, 0), k_major_offset(rows, k));
+  else
+    return k_major_descriptor(tile, rows, k);
+}
+template <bool kTileDescriptor>
+__device__ __forceinline__ uint64_t mn_major_step(const unsigned char* tile, int rows, int k) {
+  using namespace hopper;
+  if constexpr (kTileDescriptor)
+    return descriptor_plus(mn_major_descriptor(tile, rows, 0), mn_major_offset(k));
+  else
+    return mn_major_descriptor(tile, rows, k);
+}
 
 // acc [kRows x kN] = A B^T over kD, A a shared tile of kRows rows and B one of kN rows, both K-major.
 template <typename T, int kD, int kRows, int kN, bool kTileDescriptor = true>
 __device__ __forceinline__ void issue_product_nt(float (&acc)[kN / 8][4], const unsigned char* a,
                                                  const unsigned char* b) {
-  using namespace hopper;
 #pragma unroll
-  for (int k = 0; k < kD / 16; ++k) {
-    if constexpr (kTileDescriptor)
-      wgmma<T, 0, 0>(acc, descriptor_plus(k_major_descriptor(a, kRows, 0), k_major_offset(kRows, k)),
-                     descriptor_plus(k_major_descriptor(b, kN, 0), k_major_offset(kN, k)), k > 0);
-    else
-      wgmma<T, 0, 0>(acc, k_major_descriptor(a, kRows, k), k_major_descriptor(b, kN, k), k > 0);
-  }
+  for (int k = 0; k < kD / 16; ++k)
+    hopper::wgmma<T, 0, 0>(acc, k_major_step<kTileDescriptor>(a, kRows, k), k_major_step<kTileDescriptor>(b, kN, k),
+                           k > 0);
 }
 
 // The same with A's 64 rows in registers (the warpgroup's A fragments over kD columns, load_a_fragments_swizzled).
 template <typename T, int kD, int kRows, int kN, bool kTileDescriptor = true>
 __device__ __forceinline__ void issue_product_nt(float (&acc)[kN / 8][4], const uint32_t (&a)[kD / 16][4],
                                                  const unsigned char* b) {
-  using namespace hopper;
 #pragma unroll
-  for (int k = 0; k < kD / 16; ++k) {
-    if constexpr (kTileDescriptor)
-      wgmma<T, 0>(acc, a[k], descriptor_plus(k_major_descriptor(b, kN, 0), k_major_offset(kN, k)), k > 0);
-    else
-      wgmma<T, 0>(acc, a[k], k_major_descriptor(b, kN, k), k > 0);
-  }
+  for (int k = 0; k < kD / 16; ++k) hopper::wgmma<T, 0>(acc, a[k], k_major_step<kTileDescriptor>(b, kN, k), k > 0);
 }
 
 // acc [64 x kD] += A [64 x kK] B with A's fragments in registers and B a streamed or resident tile of kK rows
@@ -147,14 +152,8 @@ __device__ __forceinline__ void issue_product_nt(float (&acc)[kN / 8][4], const 
 template <typename T, int kD, int kK, bool kTileDescriptor = true>
 __device__ __forceinline__ void accumulate_product(float (&acc)[kD / 8][4], const uint32_t (&a)[kK / 16][4],
                                                    const unsigned char* b) {
-  using namespace hopper;
 #pragma unroll
-  for (int k = 0; k < kK / 16; ++k) {
-    if constexpr (kTileDescriptor)
-      wgmma<T, 1>(acc, a[k], descriptor_plus(mn_major_descriptor(b, kK, 0), mn_major_offset(k)), true);
-    else
-      wgmma<T, 1>(acc, a[k], mn_major_descriptor(b, kK, k), true);
-  }
+  for (int k = 0; k < kK / 16; ++k) hopper::wgmma<T, 1>(acc, a[k], mn_major_step<kTileDescriptor>(b, kK, k), true);
 }
 #endif
 
